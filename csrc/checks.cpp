@@ -1,0 +1,186 @@
+// \brief The contract of every GEMM op (see the table in registration.cpp), enforced on the host.
+#include "checks.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/core/ScalarType.h>
+
+#include "ops.h"
+
+namespace wgrad {
+
+namespace {
+
+bool aligned(const at::Tensor& t, int64_t bytes) {
+  const auto addr = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  return addr % bytes == 0;
+}
+
+}  // namespace
+
+void check_same_device(const char* op, const at::Tensor& ref, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(t.device() == ref.device(), op, ": ", name, " must be on ", ref.device(), " like out, got ",
+              t.device());
+}
+
+void check_fp8_operand(const char* op, const char* name, const at::Tensor& t, int64_t rows, int64_t k) {
+  TORCH_CHECK(t.scalar_type() == at::kFloat8_e4m3fn, op, ": ", name, " must be float8_e4m3fn, got ",
+              t.scalar_type());
+  TORCH_CHECK(t.dim() == 2, op, ": ", name, " must be 2-D [", rows, ", K], got ", t.dim(), "-D ", t.sizes());
+  TORCH_CHECK(t.size(0) == rows && t.size(1) == k, op, ": ", name, " must have shape [", rows, ", ", k,
+              "], got ", t.sizes());
+  if (rows == 0 || k == 0) return;
+  TORCH_CHECK(t.stride(1) == 1 || k == 1, op, ": ", name, " must be K-contiguous (stride(1) == 1), got strides ",
+              t.strides());
+  TORCH_CHECK(rows == 1 || t.stride(0) % kTmaAlignBytes == 0, op, ": ", name,
+              " row stride must be a multiple of 16 elements (16 bytes, TMA), got ", t.stride(0));
+  TORCH_CHECK(rows == 1 || t.stride(0) >= k, op, ": ", name, " row stride must be >= K = ", k, ", got ",
+              t.stride(0));
+  TORCH_CHECK(aligned(t, kTmaAlignBytes), op, ": ", name,
+              " data pointer must be 16-byte aligned (TMA), got storage offset ", t.storage_offset());
+}
+
+void check_mn_major_scales(const char* op, const char* name, const at::Tensor& s, int64_t mn, int64_t kb) {
+  TORCH_CHECK(s.scalar_type() == at::kFloat, op, ": ", name, " must be float32, got ", s.scalar_type());
+  TORCH_CHECK(s.dim() == 2, op, ": ", name, " must be 2-D [", mn, ", ", kb, "], got ", s.dim(), "-D ", s.sizes());
+  TORCH_CHECK(s.size(0) == mn && s.size(1) == kb, op, ": ", name, " must have shape [", mn, ", ", kb,
+              "] (one scale per row per 128-wide K block), got ", s.sizes());
+  if (mn == 0 || kb == 0) return;
+  TORCH_CHECK(s.stride(0) == 1 || mn == 1, op, ": ", name,
+              " must be MN-major (stride(0) == 1, TMA-aligned layout), got strides ", s.strides(),
+              "; wgrad.to_mn_major_scales() converts");
+  TORCH_CHECK(kb == 1 || (s.stride(1) % 4 == 0 && s.stride(1) >= mn), op, ": ", name,
+              " stride(1) must be a multiple of 4 and >= ", mn, " (TMA-aligned), got ", s.stride(1));
+  TORCH_CHECK(aligned(s, kTmaAlignBytes), op, ": ", name, " data pointer must be 16-byte aligned, got storage offset ",
+              s.storage_offset());
+}
+
+void check_fp32_out(const char* op, const at::Tensor& out, int64_t m, int64_t n) {
+  TORCH_CHECK(out.scalar_type() == at::kFloat, op, ": out must be float32, got ", out.scalar_type());
+  const int64_t d = out.dim();
+  TORCH_CHECK(out.size(d - 2) == m && out.size(d - 1) == n, op, ": out must end in [", m, ", ", n, "], got ",
+              out.sizes());
+  if (out.numel() == 0) return;
+  TORCH_CHECK(out.stride(d - 1) == 1 || n == 1, op, ": out must have stride(-1) == 1, got strides ",
+              out.strides());
+  for (int64_t i = 0; i + 1 < d; ++i) {
+    TORCH_CHECK(out.stride(i) % 4 == 0 || out.size(i) == 1, op, ": out stride(", i,
+                ") must be a multiple of 4 (16 bytes, TMA), got ", out.stride(i));
+  }
+  TORCH_CHECK(m == 1 || out.stride(d - 2) >= n, op, ": out row stride must be >= N = ", n, ", got ",
+              out.stride(d - 2));
+  TORCH_CHECK(aligned(out, kTmaAlignBytes), op, ": out data pointer must be 16-byte aligned, got storage offset ",
+              out.storage_offset());
+}
+
+void check_sm90(const char* op, const at::Tensor& t) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(t.device().index());
+  TORCH_CHECK(prop->major == 9 && prop->minor == 0, op, ": needs an SM90 GPU (H100/H200/H800, compute capability 9.0); ",
+              t.device(), " is ", prop->name, " with compute capability ", prop->major, ".", prop->minor);
+}
+
+void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
+                                      const at::Tensor& sb, const at::Tensor& out) {
+  constexpr const char* op = "wgrad_gemm_fp8_fp8_fp32_nt";
+  TORCH_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K], got ", a.dim(), "-D ", a.sizes());
+  TORCH_CHECK(b.dim() == 2, op, ": b must be 2-D [N, K], got ", b.dim(), "-D ", b.sizes());
+  TORCH_CHECK(out.dim() == 2, op, ": out must be 2-D [M, N], got ", out.dim(), "-D ", out.sizes());
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  TORCH_CHECK(b.size(1) == k, op, ": b must have K = ", k, " columns like a, got ", b.size(1));
+  TORCH_CHECK(k % 16 == 0, op, ": K must be a multiple of 16 (16-byte TMA rows), got ", k);
+  for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}}) {
+    check_same_device(op, out, name, *t);
+  }
+  check_fp8_operand(op, "a", a, m, k);
+  check_fp8_operand(op, "b", b, n, k);
+  const int64_t kb = ceil_div(k, kScaleBlockK);
+  check_mn_major_scales(op, "sa", sa, m, kb);
+  check_mn_major_scales(op, "sb", sb, n, kb);
+  check_fp32_out(op, out, m, n);
+}
+
+namespace {
+
+// Shared by both k-grouped layouts: a [..], out [G, M, N]; returns (M, N).
+void check_grouped_out(const char* op, const at::Tensor& out, int64_t groups) {
+  TORCH_CHECK(out.dim() == 3, op, ": out must be 3-D [G, M, N], got ", out.dim(), "-D ", out.sizes());
+  TORCH_CHECK(out.size(0) == groups, op, ": out.shape[0] must equal the number of groups ", groups, ", got ",
+              out.size(0));
+}
+
+}  // namespace
+
+void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa,
+                                                const at::Tensor& b, const at::Tensor& sb,
+                                                const at::Tensor& out, c10::IntArrayRef ks) {
+  constexpr const char* op = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt";
+  const int64_t groups = static_cast<int64_t>(ks.size());
+  TORCH_CHECK(groups >= 1, op, ": ks must name at least one group, got an empty list");
+  check_grouped_out(op, out, groups);
+  for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}}) {
+    check_same_device(op, out, name, *t);
+  }
+  const int64_t m = out.size(1), n = out.size(2);
+  int64_t k_total = 0, kb_total = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    TORCH_CHECK(ks[g] >= 0, op, ": ks[", g, "] must be >= 0, got ", ks[g]);
+    TORCH_CHECK(ks[g] % 16 == 0, op, ": ks[", g, "] must be a multiple of 16 (16-byte TMA rows), got ", ks[g]);
+    k_total += ks[g];
+    kb_total += ceil_div(ks[g], kScaleBlockK);
+  }
+  for (auto [name, t, rows] : {std::tuple{"a", &a, m}, {"b", &b, n}}) {
+    TORCH_CHECK(t->scalar_type() == at::kFloat8_e4m3fn, op, ": ", name, " must be float8_e4m3fn, got ",
+                t->scalar_type());
+    TORCH_CHECK(t->is_contiguous(), op, ": ", name, " must be contiguous (packed groups), got strides ",
+                t->strides());
+    TORCH_CHECK(t->numel() == rows * k_total, op, ": ", name, " must hold ", rows, " * sum(ks) = ", rows * k_total,
+                " elements, got ", t->numel());
+    TORCH_CHECK(t->numel() == 0 || aligned(*t, kTmaAlignBytes), op, ": ", name,
+                " data pointer must be 16-byte aligned, got storage offset ", t->storage_offset());
+  }
+  check_mn_major_scales(op, "sa", sa, m, kb_total);
+  check_mn_major_scales(op, "sb", sb, n, kb_total);
+  check_fp32_out(op, out, m, n);
+}
+
+void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, const at::Tensor& sa,
+                                                           const at::Tensor& b, const at::Tensor& sb,
+                                                           const at::Tensor& out, const at::Tensor& ks) {
+  constexpr const char* op = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous";
+  TORCH_CHECK(ks.scalar_type() == at::kInt, op, ": ks must be int32, got ", ks.scalar_type());
+  TORCH_CHECK(ks.dim() == 1, op, ": ks must be 1-D [G], got ", ks.dim(), "-D ", ks.sizes());
+  TORCH_CHECK(ks.is_contiguous(), op, ": ks must be contiguous, got strides ", ks.strides());
+  const int64_t groups = ks.size(0);
+  TORCH_CHECK(groups >= 1, op, ": ks must name at least one group, got an empty tensor");
+  check_grouped_out(op, out, groups);
+  for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"ks", &ks}}) {
+    check_same_device(op, out, name, *t);
+  }
+  TORCH_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K_total], got ", a.dim(), "-D ", a.sizes());
+  TORCH_CHECK(b.dim() == 2, op, ": b must be 2-D [N, K_total], got ", b.dim(), "-D ", b.sizes());
+  const int64_t m = out.size(1), n = out.size(2), k_total = a.size(1);
+  TORCH_CHECK(b.size(1) == k_total, op, ": b must have K_total = ", k_total, " columns like a, got ", b.size(1));
+  check_fp8_operand(op, "a", a, m, k_total);
+  check_fp8_operand(op, "b", b, n, k_total);
+  const int64_t kb_cap = k_block_capacity(k_total, groups);
+  for (auto [name, s, rows] : {std::tuple{"sa", &sa, m}, {"sb", &sb, n}}) {
+    TORCH_CHECK(s->dim() == 2 && s->size(1) >= kb_cap, op, ": ", name, " must be [", rows, ", >= ", kb_cap,
+                "] (ceil(K_total/128) + G - 1 blocks: blocks restart at every group), got ", s->sizes());
+    check_mn_major_scales(op, name, *s, rows, s->size(1));
+  }
+  check_fp32_out(op, out, m, n);
+  if (ks.device().is_cpu()) {
+    // On the CPU the sizes can be read without a synchronisation; on CUDA the kernel validates them.
+    const int32_t* sizes = ks.const_data_ptr<int32_t>();
+    int64_t sum = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      TORCH_CHECK(sizes[g] >= 0, op, ": ks[", g, "] must be >= 0, got ", sizes[g]);
+      TORCH_CHECK(sizes[g] % 16 == 0, op, ": ks[", g, "] must be a multiple of 16 (TMA needs 16-byte aligned group offsets), got ",
+                  sizes[g]);
+      sum += sizes[g];
+    }
+    TORCH_CHECK(sum == k_total, op, ": sum(ks) must equal K_total = ", k_total, ", got ", sum);
+  }
+}
+
+}  // namespace wgrad

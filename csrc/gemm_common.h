@@ -1,0 +1,45 @@
+// \brief Shared pieces of the GEMM host entries (ATen side): descriptor checks and launch.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <string>
+
+#include "checks.h"
+#include "gemm_sm90.cuh"
+
+namespace wgrad {
+
+inline void check_desc(const char* op, const char* what, const std::string& err) {
+  TORCH_CHECK(err.empty(), op, ": could not build the TMA descriptor of ", what, ": ", err);
+}
+
+// Descriptors of the per-row scales and of out, shared by every mode.
+template <GroupMode kMode>
+void set_scale_and_out_descs(const char* op, GemmParamsSm90<kMode>& p, const at::Tensor& sa, const at::Tensor& sb,
+                             const at::Tensor& out, int block_n) {
+  const int64_t m = out.size(-2), n = out.size(-1);
+  const int64_t g = out.dim() == 3 ? out.size(0) : 1;
+  check_desc(op, "sa", make_scale_desc(&p.tma_sa, sa.const_data_ptr<float>(), m, sa.size(1), sa.stride(1), kBlockM));
+  check_desc(op, "sb", make_scale_desc(&p.tma_sb, sb.const_data_ptr<float>(), n, sb.size(1), sb.stride(1), block_n));
+  check_desc(op, "out", make_out_desc(&p.tma_out, out.data_ptr<float>(), g, m, n, out.stride(-2),
+                                      out.dim() == 3 ? out.stride(0) : 0, block_n));
+}
+
+template <GroupMode kMode>
+void launch(const char* op, const GemmParamsSm90<kMode>& p, int block_n, const at::Tensor& out) {
+  TORCH_CHECK(p.scheduler.total_cluster_tiles() < INT32_MAX / 2, op, ": too many output tiles (",
+              p.scheduler.total_cluster_tiles(),
+              "): the persistent scheduler counts tiles in 32 bits");
+  const int num_sms = at::cuda::getDeviceProperties(out.device().index())->multiProcessorCount;
+  const cudaError_t err = launch_gemm_sm90(p, block_n, num_sms, at::cuda::getCurrentCUDAStream(out.device().index()));
+  TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
+}
+
+inline int num_sms_of(const at::Tensor& t) {
+  return at::cuda::getDeviceProperties(t.device().index())->multiProcessorCount;
+}
+
+}  // namespace wgrad

@@ -1,0 +1,68 @@
+// \brief SM90 epilogue of the wgrad GEMM: out += acc through a TMA reduce-add store.
+//
+// Each consumer warpgroup stages its 64 x BLOCK_N fp32 accumulators in its own half of a smem buffer
+// and one thread issues `cp.reduce.async.bulk.tensor ... .add.f32`: the SM never reads `out`, the
+// store clips rows/columns outside the M x N window (partial tiles, strided views), and it runs
+// asynchronously while the warpgroup starts the next tile's mainloop. The buffer is reused only after
+// the previous store has finished reading it.
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include <cuda.h>
+
+#include "named_barriers.h"
+#include "tile_config.h"
+#include "tile_scheduler.h"
+
+namespace wgrad {
+
+template <int kBlockN_>
+struct EpilogueSm90 {
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kRowsPerWarpgroup = 64;
+
+  struct SharedStorage {
+    alignas(128) float out[2][kRowsPerWarpgroup * kBlockN];  // (64,BLK_N) row-major per warpgroup
+  };
+
+  // Fragment layout as documented in MainloopSm90::mma_tile.
+  template <class Accum>
+  __device__ static void store(const CUtensorMap* tma_out, SharedStorage& smem, const Accum& acc,
+                               const TileCoord& c, int consumer_tid) {
+    const int wg = consumer_tid / 128;
+    const int wg_tid = consumer_tid % 128;
+    const int warp = wg_tid / 32;
+    const int lane = wg_tid % 32;
+    const uint32_t barrier = static_cast<uint32_t>(wg == 0 ? NamedBarrierId::EpilogueWg0 : NamedBarrierId::EpilogueWg1);
+    float* buf = smem.out[wg];
+
+    // The previous tile's store must have finished reading this buffer.
+    if (wg_tid == 0) cute::tma_store_wait<0>();
+    cutlass::arch::NamedBarrier::sync(128, barrier);
+
+    const int r = warp * 16 + lane / 4;
+    const int c0 = 2 * (lane % 4);
+    CUTE_UNROLL
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      *reinterpret_cast<float2*>(&buf[r * kBlockN + 8 * j + c0]) = make_float2(acc(4 * j + 0), acc(4 * j + 1));
+      *reinterpret_cast<float2*>(&buf[(r + 8) * kBlockN + 8 * j + c0]) = make_float2(acc(4 * j + 2), acc(4 * j + 3));
+    }
+    cutlass::arch::fence_view_async_shared();  // generic-proxy writes, read next by the TMA unit
+    cutlass::arch::NamedBarrier::sync(128, barrier);
+
+    if (wg_tid == 0) {
+      cute::SM90_TMA_REDUCE_ADD_3D::copy(tma_out, buf, c.n_block * kBlockN,
+                                         c.m_block * kBlockM + wg * kRowsPerWarpgroup, c.group);
+      cute::tma_store_arrive();
+    }
+  }
+
+  // Before the CTA exits: its stores must have read their smem.
+  __device__ static void drain(int consumer_tid) {
+    if (consumer_tid % 128 == 0) cute::tma_store_wait<0>();
+  }
+};
+
+}  // namespace wgrad

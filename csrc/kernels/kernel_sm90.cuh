@@ -1,0 +1,150 @@
+// \brief The SM90 wgrad GEMM kernel shell: persistent, warp-specialized (1 TMA producer warpgroup,
+// 2 WGMMA consumer warpgroups), over <Mainloop, Epilogue, Scheduler>. Torch-free.
+#pragma once
+
+#include <cute/arch/cluster_sm90.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include <cuda.h>
+
+#include "epilogue_sm90.cuh"
+#include "group_walker.cuh"
+#include "mainloop_sm90.cuh"
+#include "tile_scheduler.h"
+
+namespace wgrad {
+
+// Plain parameters: pointers, shapes and TMA descriptors built on the host.
+template <GroupMode kMode_>
+struct GemmParamsSm90 {
+  static constexpr GroupMode kMode = kMode_;
+  CUtensorMap tma_a;    // fp8 [rows M, K] K-major, box 128 x 64 (half a tile), 128B swizzle (unused: Packed)
+  CUtensorMap tma_b;    // fp8 [rows N, K], box 128 x BLOCK_N
+  CUtensorMap tma_sa;   // fp32 [M, KB] MN-major, box 128 x 1
+  CUtensorMap tma_sb;   // fp32 [N, KB] MN-major, box BLOCK_N x 1
+  CUtensorMap tma_out;  // fp32 [G, M, N], box BLOCK_N x 64 x 1, reduce-add
+  const CUtensorMap* group_tma_a = nullptr;  // Packed: one A and one B descriptor per group
+  const CUtensorMap* group_tma_b = nullptr;
+  const int* group_k = nullptr;        // Packed: K_g; Contiguous: the user's int32 sizes
+  const int* group_kb_base = nullptr;  // Packed: first scale column of each group
+  int k = 0;                           // Dense: K; Contiguous: K_total
+  PersistentTileScheduler scheduler{};
+};
+
+// Register budgets (setmaxnreg): 56 x 128 + 224 x 256 = 64512 <= 65536 registers of an SM. The
+// producer needs more than the usual 40 to walk contiguous-K groups without spilling; the consumers
+// hold BLOCK_N/2 accumulators + BLOCK_N/2 scratch + BLOCK_N/4 scales (200 at BLOCK_N = 160).
+constexpr int kProducerRegisters = 56;
+constexpr int kConsumerRegisters = 224;
+constexpr int kNumThreads = 384;
+constexpr int kClusterSize = PersistentTileScheduler::kClusterN;
+
+template <int kBlockN, int kStages>
+struct SharedStorageSm90 {
+  typename MainloopSm90<kBlockN, kStages>::SharedStorage mainloop;
+  typename EpilogueSm90<kBlockN>::SharedStorage epilogue;
+};
+
+// Contiguous-K sizes are only on the device: every CTA validates them (each >= 0 and a multiple of
+// 16, sum equal to K_total) before touching anything, and all CTAs reach the same verdict. Invalid
+// sizes leave `out` untouched. Multiples of 16: TMA faults on a K coordinate that is not 16-byte
+// aligned, so a group cannot start inside a 16-column chunk.
+template <class Params>
+__device__ bool group_sizes_valid(const Params& p) {
+  if constexpr (Params::kMode != GroupMode::Contiguous) {
+    return true;
+  } else {
+    __shared__ unsigned long long total;
+    if (threadIdx.x == 0) total = 0;
+    __syncthreads();
+    long long local = 0;
+    int bad = 0;
+    for (int g = threadIdx.x; g < p.scheduler.num_groups; g += blockDim.x) {
+      const int kg = p.group_k[g];
+      bad |= kg < 0 || kg % 16 != 0;
+      local += kg;
+    }
+    atomicAdd(&total, static_cast<unsigned long long>(local));
+    const int any_bad = __syncthreads_or(bad);
+    return !any_bad && static_cast<long long>(total) == p.k;
+  }
+}
+
+template <int kBlockN, int kStages, class Params>
+__global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Mainloop = MainloopSm90<kBlockN, kStages>;
+  using Epilogue = EpilogueSm90<kBlockN>;
+  using Pipeline = typename Mainloop::Pipeline;
+  using namespace cute;
+
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  auto& smem = *reinterpret_cast<SharedStorageSm90<kBlockN, kStages>*>(smem_raw);
+
+  if (!group_sizes_valid(p)) return;
+
+  const int warp_group = threadIdx.x / 128;
+  const bool producer = warp_group == 0;
+
+  if (threadIdx.x == 0) {
+    prefetch_tma_descriptor(&p.tma_sa);
+    prefetch_tma_descriptor(&p.tma_sb);
+    prefetch_tma_descriptor(&p.tma_out);
+    if constexpr (Params::kMode != GroupMode::Packed) {
+      prefetch_tma_descriptor(&p.tma_a);
+      prefetch_tma_descriptor(&p.tma_b);
+    }
+  }
+
+  typename Pipeline::Params pipeline_params;
+  pipeline_params.transaction_bytes = Mainloop::kTransactionBytes;
+  pipeline_params.role = producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pipeline_params.is_leader = threadIdx.x == 0;
+  pipeline_params.num_consumers = Mainloop::kNumConsumerThreads;
+  // The two CTAs of a cluster consume each other's multicast A halves: every consumer warpgroup
+  // releases a stage to both producers (CUTLASS's PipelineTmaAsync does this for a 2 x 1 cluster).
+  Pipeline pipeline(smem.mainloop.pipeline, pipeline_params, Shape<Int<kClusterSize>, _1, _1>{});
+  // Both CTAs' barriers are initialised before either multicasts into the other.
+  cute::cluster_arrive_relaxed();
+  cute::cluster_wait();
+  const int rank = static_cast<int>(cute::block_rank_in_cluster());
+  const int cluster_id = blockIdx.x / kClusterSize;
+  const int num_clusters = gridDim.x / kClusterSize;
+
+  GroupKWalker<Params::kMode> walker{p.group_k, p.group_kb_base, p.k};
+  const int total_tiles = static_cast<int>(p.scheduler.total_cluster_tiles());  // < 2^31: host-checked
+
+  if (producer) {
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    if (threadIdx.x == 0) {  // the pipeline's leader: it posts each stage's expected bytes
+      typename Mainloop::PipelineState state = cutlass::make_producer_start_state<Pipeline>();
+      for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
+        const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
+        if (w.num_k_blocks > 0) Mainloop::load_tile(p, pipeline, state, smem.mainloop, w, rank);
+      }
+      pipeline.producer_tail(state);
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    const int consumer_tid = threadIdx.x - 128;
+    typename Mainloop::TiledMma tiled_mma;
+    Tensor acc = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});      // (MMA,MMA_M,MMA_N)
+    Tensor scratch = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA,MMA_M,MMA_N)
+    typename Mainloop::PipelineState state;
+    for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
+      const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
+      if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
+      Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch, consumer_tid);
+      Epilogue::store(&p.tma_out, smem.epilogue, acc, w.coord, consumer_tid);
+    }
+    Epilogue::drain(consumer_tid);
+  }
+  // No CTA leaves while its peer may still multicast into its smem or signal its barriers.
+  cute::cluster_arrive_relaxed();
+  cute::cluster_wait();
+#endif
+}
+
+}  // namespace wgrad

@@ -1,0 +1,16 @@
+// \brief Named-barrier ids of the SM90 wgrad kernel (offset past CUTLASS's reserved ids by NamedBarrier).
+#pragma once
+
+#include <cstdint>
+
+namespace wgrad {
+
+enum class NamedBarrierId : uint32_t {
+  // Both consumer warpgroups: the zeroed tail of a contiguous-K group's last block is visible.
+  TailMask = 0,
+  // One per consumer warpgroup: its half of the epilogue staging buffer is free / fully written.
+  EpilogueWg0 = 1,
+  EpilogueWg1 = 2,
+};
+
+}  // namespace wgrad

@@ -1,0 +1,62 @@
+// \brief The tile configurations of the SM90 wgrad GEMM and the one heuristic that picks among them.
+// Torch-free and host-only: shared by the host entries and the C++ tests.
+#pragma once
+
+#include <cstdint>
+
+#include "layout.h"
+
+namespace wgrad {
+
+// Every config is BLOCK_M = 128 (two consumer warpgroups of 64 rows) x BLOCK_N x BLOCK_K = 128.
+constexpr int kBlockM = 128;
+constexpr int kBlockK = 128;
+
+// BLOCK_N candidates. Upper bound: each consumer thread holds BLOCK_N/2 fp32 accumulators, BLOCK_N/2
+// scratch WGMMA accumulators and BLOCK_N/4 column scales within the 232-register budget.
+// 152 (N % 16 == 8) keeps the fp32 epilogue's float2 smem stores free of bank conflicts; 128 and 144
+// exist for shapes whose tile count would otherwise leave the last wave mostly empty.
+constexpr int kBlockNCandidates[] = {128, 144, 152, 160};
+
+// Shared memory one pipeline stage needs: A and B tiles plus one column of fp32 scales for each.
+constexpr int64_t stage_bytes(int block_n) {
+  return int64_t{kBlockM} * kBlockK + int64_t{block_n} * kBlockK + 4 * (kBlockM + align_up(block_n, 32));
+}
+// fp32 staging of the output tile for the TMA reduce-add store.
+constexpr int64_t epilogue_bytes(int block_n) { return int64_t{4} * kBlockM * block_n; }
+
+constexpr int64_t kSmemBudgetBytes = 232448 - 2048;  // 227 KB opt-in limit, minus barriers/alignment
+constexpr int kMaxStages = 6;
+
+constexpr int stages_for(int block_n) {
+  int s = static_cast<int>((kSmemBudgetBytes - epilogue_bytes(block_n)) / stage_bytes(block_n));
+  return s > kMaxStages ? kMaxStages : s;
+}
+
+// Relative cost of a tile of width block_n: proportional to its MMA work plus a fixed per-tile cost
+// (A-tile loads, scale loads and promotion bookkeeping that do not shrink with N), in units of columns.
+constexpr int64_t kTileFixedCostColumns = 24;
+
+// CTAs of a cluster take adjacent n blocks of one m block (they share the A tile by multicast).
+constexpr int kClusterN = 2;
+
+// Picks BLOCK_N for an M x N output repeated `batches` times (the groups of a k-grouped GEMM), run
+// persistently on `num_sms` SMs in clusters of kClusterN: minimises (waves, rounded up) x per-tile
+// cost. Ties go to the wider tile.
+inline int select_block_n(int64_t m, int64_t n, int64_t batches, int num_sms) {
+  int best = kBlockNCandidates[0];
+  int64_t best_cost = -1;
+  const int64_t clusters = num_sms / kClusterN > 0 ? num_sms / kClusterN : 1;
+  for (int bn : kBlockNCandidates) {
+    const int64_t cluster_tiles = ceil_div(m, kBlockM) * ceil_div(ceil_div(n, bn), kClusterN) * (batches > 0 ? batches : 1);
+    const int64_t waves = ceil_div(cluster_tiles, clusters);
+    const int64_t cost = waves * (bn + kTileFixedCostColumns);
+    if (best_cost < 0 || cost < best_cost || (cost == best_cost && bn > best)) {
+      best = bn;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+}  // namespace wgrad

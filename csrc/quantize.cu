@@ -1,0 +1,214 @@
+// \brief Host entries of the FP8 1x128 quantization ops: checks, output allocation in the layouts the GEMMs
+// take (see the contract in registration.cpp), launch. Device code: kernels/quantize.cuh.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <limits>
+
+#include "checks.h"
+#include "kernels/quantize.cuh"
+#include "ops.h"
+
+namespace wgrad {
+
+namespace {
+
+using quant::QuantizeParams;
+using quant::QuantMode;
+
+constexpr int64_t kQtRowAlign = 16;            // q_t rows are TMA-ready: 16-byte row stride
+constexpr int64_t kVecElems = 8;               // one thread's columns: one aligned vector access
+constexpr int64_t kMaxRowBlocks = std::numeric_limits<int32_t>::max();  // gridDim.x
+constexpr int64_t kMaxColTiles = 65535;                                 // gridDim.y
+
+void check_x(const char* op, const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2, op, ": x must be 2-D [R, C] (the Python layer flattens leading dims), got ", x.dim(),
+              "-D ", x.sizes());
+  const auto dt = x.scalar_type();
+  TORCH_CHECK(dt == at::kBFloat16 || dt == at::kHalf || dt == at::kFloat, op,
+              ": x must be bfloat16, float16 or float32, got ", dt);
+  TORCH_CHECK(x.is_contiguous(), op, ": x must be contiguous (row-major [R, C]), got strides ", x.strides(),
+              " for shape ", x.sizes());
+  TORCH_CHECK(x.size(0) <= std::numeric_limits<int32_t>::max(), op, ": x must have at most 2^31 - 1 rows, got ",
+              x.size(0));
+  TORCH_CHECK(ceil_div(x.size(1), kScaleBlockK) <= kMaxColTiles, op, ": x must have at most ",
+              kMaxColTiles * kScaleBlockK, " columns (one CTA per 128), got ", x.size(1));
+}
+
+void check_sizes(const char* op, const at::Tensor& x, const at::Tensor& sizes) {
+  TORCH_CHECK(sizes.scalar_type() == at::kInt, op, ": sizes must be int32, got ", sizes.scalar_type());
+  TORCH_CHECK(sizes.dim() == 1, op, ": sizes must be 1-D [G], got ", sizes.dim(), "-D ", sizes.sizes());
+  TORCH_CHECK(sizes.size(0) >= 1, op, ": sizes must name at least one segment, got an empty tensor");
+  TORCH_CHECK(sizes.is_contiguous(), op, ": sizes must be contiguous, got strides ", sizes.strides());
+  TORCH_CHECK(sizes.device() == x.device(), op, ": sizes must be on ", x.device(), " like x, got ", sizes.device());
+  if (sizes.device().is_cpu()) {
+    // On the CPU the values can be read without a synchronisation; on CUDA the kernel validates them.
+    const int32_t* s = sizes.const_data_ptr<int32_t>();
+    int64_t sum = 0;
+    for (int64_t g = 0; g < sizes.size(0); ++g) {
+      TORCH_CHECK(s[g] >= 0, op, ": sizes[", g, "] must be >= 0, got ", s[g]);
+      sum += s[g];
+    }
+    TORCH_CHECK(sum == x.size(0), op, ": sum(sizes) must equal the rows of x, R = ", x.size(0), ", got ", sum);
+  }
+}
+
+// [mn, kb] float32 in the TMA-aligned MN-major layout: (m, kb) at kb * scale_ld(mn) + m.
+at::Tensor empty_mn_major_scales(const at::Tensor& like, int64_t mn, int64_t kb) {
+  return at::empty({kb, scale_ld(mn)}, like.options().dtype(at::kFloat)).narrow(1, 0, mn).t();
+}
+
+// [C, R] float8_e4m3fn with row stride align_up(R, 16) (R.. are padding, written as 0 by the kernels).
+at::Tensor empty_q_t(const at::Tensor& x) {
+  const int64_t r = x.size(0), c = x.size(1);
+  return at::empty({c, align_up(r > 0 ? r : 1, kQtRowAlign)}, x.options().dtype(at::kFloat8_e4m3fn))
+      .narrow(1, 0, r);
+}
+
+at::Tensor empty_q(const at::Tensor& x) { return at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn)); }
+
+template <QuantMode kMode, typename T, bool kVec>
+void launch_typed(const QuantizeParams& p, int64_t row_blocks, int64_t col_tiles, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_tiles));
+  quant::quantize_fp8_1x128_kernel<T, kMode, kVec><<<grid, quant::kThreads, 0, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// One CTA per (row block, 128-column tile); row blocks: 128-row blocks, or the row-block table's entries.
+template <QuantMode kMode>
+void launch(const at::Tensor& x, const QuantizeParams& p, int64_t row_blocks) {
+  const int64_t col_tiles = ceil_div(p.cols, kScaleBlockK);
+  if (row_blocks == 0 || col_tiles == 0) return;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const bool vec = p.cols % kVecElems == 0 && reinterpret_cast<uintptr_t>(p.x) % kTmaAlignBytes == 0;
+  AT_DISPATCH_SWITCH(x.scalar_type(), "quantize_fp8_1x128",
+                     AT_DISPATCH_CASE(at::kFloat, [&] {
+                       vec ? launch_typed<kMode, float, true>(p, row_blocks, col_tiles, stream)
+                           : launch_typed<kMode, float, false>(p, row_blocks, col_tiles, stream);
+                     }) AT_DISPATCH_CASE(at::kHalf, [&] {
+                       vec ? launch_typed<kMode, __half, true>(p, row_blocks, col_tiles, stream)
+                           : launch_typed<kMode, __half, false>(p, row_blocks, col_tiles, stream);
+                     }) AT_DISPATCH_CASE(at::kBFloat16, [&] {
+                       vec ? launch_typed<kMode, __nv_bfloat16, true>(p, row_blocks, col_tiles, stream)
+                           : launch_typed<kMode, __nv_bfloat16, false>(p, row_blocks, col_tiles, stream);
+                     }));
+}
+
+QuantizeParams base_params(const at::Tensor& x, bool ue8m0) {
+  QuantizeParams p{};
+  p.x = x.const_data_ptr();
+  p.rows = x.size(0);
+  p.cols = x.size(1);
+  p.ue8m0 = ue8m0;
+  return p;
+}
+
+void set_rowwise(QuantizeParams& p, const at::Tensor& q, const at::Tensor& scales) {
+  p.q = reinterpret_cast<uint8_t*>(q.data_ptr());
+  p.scales = scales.data_ptr<float>();
+  p.scales_ld = scale_ld(p.rows);
+}
+
+void set_colwise(QuantizeParams& p, const at::Tensor& q_t, const at::Tensor& scales_t) {
+  p.q_t = reinterpret_cast<uint8_t*>(q_t.data_ptr());
+  p.q_t_ld = q_t.stride(0);
+  p.scales_t = scales_t.data_ptr<float>();
+  p.scales_t_ld = scale_ld(p.cols);
+}
+
+}  // namespace
+
+void check_quantize_fp8_1x128(const at::Tensor& x) { check_x("quantize_fp8_1x128", x); }
+
+void check_quantize_fp8_1x128_segments(const at::Tensor& x, const at::Tensor& sizes) {
+  constexpr const char* op = "quantize_fp8_1x128_colwise_segments";
+  check_x(op, x);
+  check_sizes(op, x, sizes);
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_rowwise_cuda(const at::Tensor& x, bool ue8m0) {
+  constexpr const char* op = "quantize_fp8_1x128_rowwise";
+  check_x(op, x);
+  check_sm90(op, x);
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor q = empty_q(x);
+  at::Tensor scales = empty_mn_major_scales(x, x.size(0), ceil_div(x.size(1), kScaleBlockK));
+  QuantizeParams p = base_params(x, ue8m0);
+  set_rowwise(p, q, scales);
+  launch<QuantMode::Rowwise>(x, p, ceil_div(p.rows, quant::kTileRows));
+  return {q, scales};
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_cuda(const at::Tensor& x, bool ue8m0) {
+  constexpr const char* op = "quantize_fp8_1x128_colwise";
+  check_x(op, x);
+  check_sm90(op, x);
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor q_t = empty_q_t(x);
+  at::Tensor scales_t = empty_mn_major_scales(x, x.size(1), ceil_div(x.size(0), kScaleBlockK));
+  QuantizeParams p = base_params(x, ue8m0);
+  set_colwise(p, q_t, scales_t);
+  launch<QuantMode::Colwise>(x, p, ceil_div(p.rows, quant::kTileRows));
+  return {q_t, scales_t};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_both_cuda(const at::Tensor& x,
+                                                                                        bool ue8m0) {
+  constexpr const char* op = "quantize_fp8_1x128_both";
+  check_x(op, x);
+  check_sm90(op, x);
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor q = empty_q(x);
+  at::Tensor scales = empty_mn_major_scales(x, x.size(0), ceil_div(x.size(1), kScaleBlockK));
+  at::Tensor q_t = empty_q_t(x);
+  at::Tensor scales_t = empty_mn_major_scales(x, x.size(1), ceil_div(x.size(0), kScaleBlockK));
+  QuantizeParams p = base_params(x, ue8m0);
+  set_rowwise(p, q, scales);
+  set_colwise(p, q_t, scales_t);
+  launch<QuantMode::Both>(x, p, ceil_div(p.rows, quant::kTileRows));
+  return {q, scales, q_t, scales_t};
+}
+
+// Sizes stay on the device: a one-CTA kernel validates them and writes the row range of every scale
+// column, then the tile kernel runs over all k_block_capacity(R, G) columns (no host synchronisation,
+// capturable in a CUDA graph). Invalid sizes (a negative one, or a sum != R): every scale is NaN and q_t
+// is not written.
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(const at::Tensor& x,
+                                                                            const at::Tensor& sizes, bool ue8m0) {
+  constexpr const char* op = "quantize_fp8_1x128_colwise_segments";
+  check_x(op, x);
+  check_sizes(op, x, sizes);
+  check_sm90(op, x);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t rows = x.size(0), cols = x.size(1), groups = sizes.size(0);
+  const int64_t row_blocks = k_block_capacity(rows, groups);
+  TORCH_CHECK(row_blocks <= kMaxRowBlocks, op, ": ceil(R/128) + G - 1 must be <= 2^31 - 1, got ", row_blocks);
+  at::Tensor q_t = empty_q_t(x);
+  at::Tensor scales_t = empty_mn_major_scales(x, cols, row_blocks);
+  if (row_blocks == 0 || cols == 0) return {q_t, scales_t};
+
+  static_assert(sizeof(quant::RowBlock) == 2 * sizeof(int32_t));
+  at::Tensor workspace = at::empty({2 * groups + 2 * row_blocks}, sizes.options());
+  int32_t* ws = workspace.data_ptr<int32_t>();
+  quant::SegmentTableParams tp{};
+  tp.sizes = sizes.const_data_ptr<int32_t>();
+  tp.num_segments = groups;
+  tp.rows = rows;
+  tp.num_row_blocks = row_blocks;
+  tp.segment_row_start = ws;
+  tp.segment_block_start = ws + groups;
+  tp.row_blocks = reinterpret_cast<quant::RowBlock*>(ws + 2 * groups);  // 8-byte aligned: 2 * groups ints
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  quant::build_segment_table_kernel<<<1, quant::kTableThreads, 0, stream>>>(tp);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+
+  QuantizeParams p = base_params(x, ue8m0);
+  set_colwise(p, q_t, scales_t);
+  p.row_blocks = tp.row_blocks;
+  launch<QuantMode::ColwiseSegments>(x, p, row_blocks);
+  return {q_t, scales_t};
+}
+
+}  // namespace wgrad

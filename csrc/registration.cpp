@@ -1,0 +1,115 @@
+// \brief Every op schema of torch.ops.wgrad, and the CUDA/CPU kernels registered for them.
+//
+// ======================================== operand contract ========================================
+// GEMMs compute, in place and in fp32,
+//     out[m, n] += sum_kb sa[m, kb] * sb[n, kb] * sum_{k in block kb} a[m, k] * b[n, k]
+// with 1x128 blocks along K (K is the token count of a weight gradient). K == 0 leaves out untouched.
+//
+//   a    float8_e4m3fn [M, K]      K-contiguous (stride(1) == 1), row stride a multiple of 16 elements,
+//                                  data pointer 16-byte aligned (TMA).
+//   b    float8_e4m3fn [N, K]      same rules as a.
+//   sa   float32 [M, ceil(K/128)]  "TMA-aligned MN-major": stride(0) == 1, stride(1) = ld with
+//                                  ld >= M and ld % 4 == 0 (element (m, kb) at kb * ld + m),
+//                                  data pointer 16-byte aligned.
+//   sb   float32 [N, ceil(K/128)]  same rules as sa with N.
+//   out  float32 [M, N]            stride(1) == 1, row stride >= N and a multiple of 4, data pointer
+//                                  16-byte aligned. Only the M x N window is read or written.
+//
+// k-grouped, packed (DeepGEMM's k_grouped layout); ks is a host list of G sizes, each a multiple of 16:
+//   a    float8_e4m3fn, contiguous, numel >= M * sum(ks): group g is the row-major [M, ks[g]] block that
+//        starts at element M * sum(ks[:g]).   b: likewise with N.
+//   sa   float32 [M, sum_g ceil(ks[g]/128)] MN-major as above; group g's blocks start at column
+//        sum_{h<g} ceil(ks[h]/128).           sb: likewise with N.
+//   out  float32 [G, M, N], stride(2) == 1, stride(1) and stride(0) multiples of 4.
+//
+// k-grouped, contiguous-K; ks is an int32 tensor [G] of sizes (each >= 0 and a multiple of 16: TMA
+//   cannot start a group inside a 16-byte chunk) on the operands' device, read only by the kernel (no
+//   host synchronisation; capturable in a CUDA graph). On CUDA the kernel validates the sizes and
+//   leaves out untouched when they break the rules; on the CPU they are checked like any argument.
+//   a    float8_e4m3fn [M, K_total], the rules of dense a; columns [off_g, off_g + ks[g]) are group g's,
+//        off_g = sum(ks[:g]), and sum(ks) must equal K_total.
+//   b    float8_e4m3fn [N, K_total].
+//   sa   float32 [M, kb_cap] MN-major, kb_cap >= ceil(K_total/128) + G - 1 (the most blocks any split of
+//        K_total into G groups can need); group g's blocks start at column sum_{h<g} ceil(ks[h]/128).
+//   out  float32 [G, M, N] as in the packed layout.
+//
+// Quantization (1x128 blocks, e4m3, scale = amax / 448, see python/wgrad/reference.py):
+//   x      bfloat16 / float16 / float32 [R, C] (leading dims flattened by the Python layer), contiguous.
+//   rowwise   -> q [R, C] contiguous, scales [R, ceil(C/128)] MN-major with ld = align_up(R, 4).
+//   colwise   -> q_t [C, R] with row stride align_up(R, 16), scales [C, ceil(R/128)] MN-major,
+//                ld = align_up(C, 4): the wgrad operand for x = [tokens, features].
+//   both      -> rowwise and colwise outputs from one read of x.
+//   colwise_segments(x, sizes) -> the colwise outputs with blocks restarting at every segment of rows
+//                (int32 sizes on x's device, sum == R), scales [C, ceil(R/128) + G - 1]: the
+//                contiguous-K operand of the k-grouped GEMM. Unused trailing scale columns hold 0.
+// ===================================================================================================
+
+#include <torch/library.h>
+
+#include "ops.h"
+
+TORCH_LIBRARY(wgrad, m) {
+  m.def("wgrad_gemm_fp8_fp8_fp32_nt(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor(a!) out) -> ()");
+  m.def(
+      "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor(a!) out, "
+      "int[] ks) -> ()");
+  m.def(
+      "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(Tensor a, Tensor sa, Tensor b, Tensor sb, "
+      "Tensor(a!) out, Tensor ks) -> ()");
+
+  // The checks on their own, so that the Python CPU kernels (reference math) enforce exactly the
+  // contract the CUDA kernels enforce.
+  m.def("_check_wgrad_gemm_fp8_fp8_fp32_nt(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor out) -> ()");
+  m.def(
+      "_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor out, "
+      "int[] ks) -> ()");
+  m.def(
+      "_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(Tensor a, Tensor sa, Tensor b, Tensor sb, "
+      "Tensor out, Tensor ks) -> ()");
+
+  m.def("quantize_fp8_1x128_rowwise(Tensor x, bool ue8m0=False) -> (Tensor q, Tensor scales)");
+  m.def("quantize_fp8_1x128_colwise(Tensor x, bool ue8m0=False) -> (Tensor q_t, Tensor scales_t)");
+  m.def(
+      "quantize_fp8_1x128_both(Tensor x, bool ue8m0=False) -> "
+      "(Tensor q, Tensor scales, Tensor q_t, Tensor scales_t)");
+  m.def(
+      "quantize_fp8_1x128_colwise_segments(Tensor x, Tensor sizes, bool ue8m0=False) -> "
+      "(Tensor q_t, Tensor scales_t)");
+  m.def("_check_quantize_fp8_1x128(Tensor x) -> ()");
+  m.def("_check_quantize_fp8_1x128_segments(Tensor x, Tensor sizes) -> ()");
+}
+
+// The checks run on any backend that holds real data.
+TORCH_LIBRARY_IMPL(wgrad, CPU, m) {
+  m.impl("_check_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::check_wgrad_gemm_fp8_fp8_fp32_nt);
+  m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt);
+  m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
+         &wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous);
+  m.impl("_check_quantize_fp8_1x128", &wgrad::check_quantize_fp8_1x128);
+  m.impl("_check_quantize_fp8_1x128_segments", &wgrad::check_quantize_fp8_1x128_segments);
+}
+
+TORCH_LIBRARY_IMPL(wgrad, CUDA, m) {
+  m.impl("_check_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::check_wgrad_gemm_fp8_fp8_fp32_nt);
+  m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt);
+  m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
+         &wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous);
+  m.impl("_check_quantize_fp8_1x128", &wgrad::check_quantize_fp8_1x128);
+  m.impl("_check_quantize_fp8_1x128_segments", &wgrad::check_quantize_fp8_1x128_segments);
+
+  m.impl("wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::wgrad_gemm_fp8_fp8_fp32_nt_cuda);
+  m.impl("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda);
+  m.impl("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
+         &wgrad::k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda);
+  m.impl("quantize_fp8_1x128_rowwise", &wgrad::quantize_fp8_1x128_rowwise_cuda);
+  m.impl("quantize_fp8_1x128_colwise", &wgrad::quantize_fp8_1x128_colwise_cuda);
+  m.impl("quantize_fp8_1x128_both", &wgrad::quantize_fp8_1x128_both_cuda);
+  m.impl("quantize_fp8_1x128_colwise_segments", &wgrad::quantize_fp8_1x128_colwise_segments_cuda);
+}
+
+// CPU kernels of the public ops are the reference math, registered from python/wgrad/_ops.py.
+
+// A Python module object so that `import wgrad._C` loads the library (and its registrations).
+#include <Python.h>
+static struct PyModuleDef wgrad_module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&wgrad_module); }

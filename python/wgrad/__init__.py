@@ -1,0 +1,46 @@
+"""wgrad: FP8 weight-gradient GEMMs with 1x128 scaling for NVIDIA Hopper (SM90)."""
+
+import torch  # noqa: F401  (loads libc10/libtorch, which _C links against)
+
+from . import _C  # noqa: F401  (loads the library: op schemas and CUDA kernels)
+from . import _ops  # noqa: F401  (CPU and fake kernels of the GEMM ops)
+from . import quant  # noqa: F401  (CPU and fake kernels of the quantization ops)
+from .api import (
+    check_group_sizes,
+    k_grouped_wgrad_gemm_fp8_fp8_fp32_nt,
+    k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous,
+    wgrad_gemm_fp8_fp8_fp32_nt,
+)
+from .quant import (
+    per_token_cast_to_fp8,
+    quantize_fp8_1x128_both,
+    quantize_fp8_1x128_colwise,
+    quantize_fp8_1x128_colwise_segments,
+    quantize_fp8_1x128_rowwise,
+)
+from .scales import (
+    align_up,
+    empty_mn_major_scales,
+    k_block_capacity,
+    num_k_blocks,
+    to_mn_major_scales,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "check_group_sizes",
+    "wgrad_gemm_fp8_fp8_fp32_nt",
+    "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt",
+    "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
+    "per_token_cast_to_fp8",
+    "quantize_fp8_1x128_both",
+    "quantize_fp8_1x128_colwise",
+    "quantize_fp8_1x128_colwise_segments",
+    "quantize_fp8_1x128_rowwise",
+    "align_up",
+    "empty_mn_major_scales",
+    "k_block_capacity",
+    "num_k_blocks",
+    "to_mn_major_scales",
+]

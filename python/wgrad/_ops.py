@@ -1,0 +1,193 @@
+"""Registrations of the GEMM ops that live in Python: the CPU kernels (reference math behind the C++
+checks) and the fake kernels (shape/dtype/stride checks mirroring csrc/checks.cpp, for meta tensors,
+torch.compile and opcheck)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from . import reference
+from .scales import k_block_capacity, num_k_blocks
+
+_LIB = "wgrad"
+_DENSE = "wgrad_gemm_fp8_fp8_fp32_nt"
+_PACKED = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"
+_CONTIG = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous"
+
+
+# ------------------------------------------------------------------ CPU kernels ---------------------
+
+
+@torch.library.register_kernel(f"{_LIB}::{_DENSE}", "cpu")
+def _dense_cpu(a, sa, b, sb, out):
+    torch.ops.wgrad._check_wgrad_gemm_fp8_fp8_fp32_nt(a, sa, b, sb, out)
+    if a.shape[1] == 0:
+        return
+    reference.accumulate_(out, reference.wgrad_gemm_reference(a, sa, b, sb))
+
+
+@torch.library.register_kernel(f"{_LIB}::{_PACKED}", "cpu")
+def _packed_cpu(a, sa, b, sb, out, ks):
+    torch.ops.wgrad._check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(a, sa, b, sb, out, ks)
+    m, n = out.shape[1], out.shape[2]
+    for g, prod in enumerate(reference.k_grouped_reference(a, sa, b, sb, ks, m, n)):
+        if ks[g] > 0:
+            reference.accumulate_(out[g], prod)
+
+
+@torch.library.register_kernel(f"{_LIB}::{_CONTIG}", "cpu")
+def _contig_cpu(a, sa, b, sb, out, ks):
+    torch.ops.wgrad._check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, ks)
+    sizes = ks.tolist()
+    for g, prod in enumerate(reference.k_grouped_contiguous_reference(a, sa, b, sb, sizes)):
+        if sizes[g] > 0:
+            reference.accumulate_(out[g], prod)
+
+
+# ------------------------------------------------------------------ fake kernels --------------------
+# They mirror csrc/checks.cpp (the source of truth); tests/test_checks.py holds both to the same inputs.
+
+
+def _fail(op: str, msg: str):
+    raise RuntimeError(f"{op}: {msg}")
+
+
+def _check_fp8_operand(op, name, t, rows, k):
+    if t.dtype != torch.float8_e4m3fn:
+        _fail(op, f"{name} must be float8_e4m3fn, got {t.dtype}")
+    if t.dim() != 2 or tuple(t.shape) != (rows, k):
+        _fail(op, f"{name} must have shape [{rows}, {k}], got {list(t.shape)}")
+    if rows == 0 or k == 0:
+        return
+    if t.stride(1) != 1 and k != 1:
+        _fail(op, f"{name} must be K-contiguous (stride(1) == 1), got strides {t.stride()}")
+    if rows != 1 and (t.stride(0) % 16 != 0 or t.stride(0) < k):
+        _fail(op, f"{name} row stride must be a multiple of 16 elements and >= K, got {t.stride(0)}")
+    if t.storage_offset() % 16 != 0:
+        _fail(op, f"{name} data pointer must be 16-byte aligned, got storage offset {t.storage_offset()}")
+
+
+def _check_scales(op, name, s, mn, kb):
+    if s.dtype != torch.float32:
+        _fail(op, f"{name} must be float32, got {s.dtype}")
+    if s.dim() != 2 or tuple(s.shape) != (mn, kb):
+        _fail(op, f"{name} must have shape [{mn}, {kb}], got {list(s.shape)}")
+    if mn == 0 or kb == 0:
+        return
+    if s.stride(0) != 1 and mn != 1:
+        _fail(op, f"{name} must be MN-major (stride(0) == 1), got strides {s.stride()}")
+    if kb != 1 and (s.stride(1) % 4 != 0 or s.stride(1) < mn):
+        _fail(op, f"{name} stride(1) must be a multiple of 4 and >= {mn}, got {s.stride(1)}")
+    if s.storage_offset() % 4 != 0:
+        _fail(op, f"{name} data pointer must be 16-byte aligned, got storage offset {s.storage_offset()}")
+
+
+def _check_out(op, out, m, n):
+    if out.dtype != torch.float32:
+        _fail(op, f"out must be float32, got {out.dtype}")
+    if tuple(out.shape[-2:]) != (m, n):
+        _fail(op, f"out must end in [{m}, {n}], got {list(out.shape)}")
+    if out.numel() == 0:
+        return
+    if out.stride(-1) != 1 and n != 1:
+        _fail(op, f"out must have stride(-1) == 1, got strides {out.stride()}")
+    for i in range(out.dim() - 1):
+        if out.stride(i) % 4 != 0 and out.shape[i] != 1:
+            _fail(op, f"out stride({i}) must be a multiple of 4, got {out.stride(i)}")
+    if m != 1 and out.stride(-2) < n:
+        _fail(op, f"out row stride must be >= N = {n}, got {out.stride(-2)}")
+    if out.storage_offset() % 4 != 0:
+        _fail(op, f"out data pointer must be 16-byte aligned, got storage offset {out.storage_offset()}")
+
+
+def _check_devices(op, out, **tensors):
+    for name, t in tensors.items():
+        if t.device != out.device:
+            _fail(op, f"{name} must be on {out.device} like out, got {t.device}")
+
+
+@torch.library.register_fake(f"{_LIB}::{_DENSE}")
+def _dense_fake(a, sa, b, sb, out):
+    op = _DENSE
+    for name, t, dims in (("a", a, "M, K"), ("b", b, "N, K"), ("out", out, "M, N")):
+        if t.dim() != 2:
+            _fail(op, f"{name} must be 2-D [{dims}], got {t.dim()}-D {list(t.shape)}")
+    m, k, n = a.shape[0], a.shape[1], b.shape[0]
+    if b.shape[1] != k:
+        _fail(op, f"b must have K = {k} columns like a, got {b.shape[1]}")
+    if k % 16 != 0:
+        _fail(op, f"K must be a multiple of 16, got {k}")
+    _check_devices(op, out, a=a, sa=sa, b=b, sb=sb)
+    _check_fp8_operand(op, "a", a, m, k)
+    _check_fp8_operand(op, "b", b, n, k)
+    _check_scales(op, "sa", sa, m, num_k_blocks(k))
+    _check_scales(op, "sb", sb, n, num_k_blocks(k))
+    _check_out(op, out, m, n)
+
+
+def _check_grouped_out(op, out, groups):
+    if out.dim() != 3:
+        _fail(op, f"out must be 3-D [G, M, N], got {out.dim()}-D {list(out.shape)}")
+    if out.shape[0] != groups:
+        _fail(op, f"out.shape[0] must equal the number of groups {groups}, got {out.shape[0]}")
+
+
+@torch.library.register_fake(f"{_LIB}::{_PACKED}")
+def _packed_fake(a, sa, b, sb, out, ks: Sequence[int]):
+    op = _PACKED
+    if len(ks) < 1:
+        _fail(op, "ks must name at least one group, got an empty list")
+    _check_grouped_out(op, out, len(ks))
+    _check_devices(op, out, a=a, sa=sa, b=b, sb=sb)
+    m, n = out.shape[1], out.shape[2]
+    for g, k in enumerate(ks):
+        if k < 0:
+            _fail(op, f"ks[{g}] must be >= 0, got {k}")
+        if k % 16 != 0:
+            _fail(op, f"ks[{g}] must be a multiple of 16, got {k}")
+    k_total = sum(ks)
+    kb_total = sum(num_k_blocks(k) for k in ks)
+    for name, t, rows in (("a", a, m), ("b", b, n)):
+        if t.dtype != torch.float8_e4m3fn:
+            _fail(op, f"{name} must be float8_e4m3fn, got {t.dtype}")
+        if not t.is_contiguous():
+            _fail(op, f"{name} must be contiguous (packed groups), got strides {t.stride()}")
+        if t.numel() != rows * k_total:
+            _fail(op, f"{name} must hold {rows} * sum(ks) = {rows * k_total} elements, got {t.numel()}")
+        if t.numel() != 0 and t.storage_offset() % 16 != 0:
+            _fail(op, f"{name} data pointer must be 16-byte aligned, got storage offset {t.storage_offset()}")
+    _check_scales(op, "sa", sa, m, kb_total)
+    _check_scales(op, "sb", sb, n, kb_total)
+    _check_out(op, out, m, n)
+
+
+@torch.library.register_fake(f"{_LIB}::{_CONTIG}")
+def _contig_fake(a, sa, b, sb, out, ks):
+    op = _CONTIG
+    if ks.dtype != torch.int32:
+        _fail(op, f"ks must be int32, got {ks.dtype}")
+    if ks.dim() != 1:
+        _fail(op, f"ks must be 1-D [G], got {ks.dim()}-D {list(ks.shape)}")
+    if not ks.is_contiguous():
+        _fail(op, f"ks must be contiguous, got strides {ks.stride()}")
+    groups = ks.shape[0]
+    if groups < 1:
+        _fail(op, "ks must name at least one group, got an empty tensor")
+    _check_grouped_out(op, out, groups)
+    _check_devices(op, out, a=a, sa=sa, b=b, sb=sb, ks=ks)
+    for name, t, dims in (("a", a, "M, K_total"), ("b", b, "N, K_total")):
+        if t.dim() != 2:
+            _fail(op, f"{name} must be 2-D [{dims}], got {t.dim()}-D {list(t.shape)}")
+    m, n, k_total = out.shape[1], out.shape[2], a.shape[1]
+    if b.shape[1] != k_total:
+        _fail(op, f"b must have K_total = {k_total} columns like a, got {b.shape[1]}")
+    _check_fp8_operand(op, "a", a, m, k_total)
+    _check_fp8_operand(op, "b", b, n, k_total)
+    cap = k_block_capacity(k_total, groups)
+    for name, s, rows in (("sa", sa, m), ("sb", sb, n)):
+        if s.dim() != 2 or s.shape[1] < cap:
+            _fail(op, f"{name} must be [{rows}, >= {cap}], got {list(s.shape)}")
+        _check_scales(op, name, s, rows, s.shape[1])
+    _check_out(op, out, m, n)

@@ -1,0 +1,90 @@
+"""DeepGEMM-compatible Python entry points of the weight-gradient GEMMs.
+
+Scales may come as `[mn, ceil(K/128)]` in the TMA-aligned MN-major layout or as the plain
+`[ceil(K/128), mn]` view of it (no copy in either case); any other float32 layout is copied into the
+MN-major layout first (see `wgrad.scales.to_mn_major_scales`), which costs an extra kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Tuple
+
+import torch
+
+from . import _ops
+from .scales import num_k_blocks, to_mn_major_scales
+
+Operand = Tuple[torch.Tensor, torch.Tensor]
+
+
+def _accumulate_into(out: torch.Tensor, c: Optional[torch.Tensor], check: Callable[[], None]) -> None:
+    # DeepGEMM's d = c + a @ b^T: with c None or c aliasing out, the product accumulates into out.
+    if c is not None and not (c.data_ptr() == out.data_ptr() and c.stride() == out.stride()):
+        # A rejected call must leave out untouched: check the operands (the fake kernel's checks,
+        # which mirror the C++ ones) before c overwrites out.
+        check()
+        out.copy_(c)
+
+
+def wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.Tensor,
+                               c: Optional[torch.Tensor] = None) -> None:
+    """out += (a * sa) @ (b * sb)^T in fp32, with a [M, K], b [N, K] float8_e4m3fn (K-contiguous) and 1x128
+    scales sa, sb. `c`, if given, is copied into out first (DeepGEMM's `d = c + a @ b^T`)."""
+    a, sa = lhs
+    b, sb = rhs
+    kb = num_k_blocks(a.shape[-1])
+    sa = to_mn_major_scales(sa, a.shape[0], kb, "sa")
+    sb = to_mn_major_scales(sb, b.shape[0], kb, "sb")
+    _accumulate_into(out, c, lambda: _ops._dense_fake(a, sa, b, sb, out))
+    torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt(a, sa, b, sb, out)
+
+
+def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.Tensor,
+                                         batch_sizes: Sequence[int],
+                                         c: Optional[torch.Tensor] = None) -> None:
+    """One launch for G experts in DeepGEMM's packed layout: a holds the row-major [M, K_g] blocks one
+    after another (flattened), b the [N, K_g] blocks; scales have sum_g ceil(K_g/128) blocks; out is
+    [G, M, N] and out[g] += (a_g * sa_g) @ (b_g * sb_g)^T. Every K_g must be a multiple of 16; K_g == 0
+    leaves out[g] untouched."""
+    a, sa = lhs
+    b, sb = rhs
+    ks = [int(k) for k in batch_sizes]
+    m, n = out.shape[-2], out.shape[-1]
+    kb = sum(num_k_blocks(k) for k in ks)
+    sa = to_mn_major_scales(sa, m, kb, "sa")
+    sb = to_mn_major_scales(sb, n, kb, "sb")
+    a, b = a.reshape(-1), b.reshape(-1)
+    _accumulate_into(out, c, lambda: _ops._packed_fake(a, sa, b, sb, out, ks))
+    torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(a, sa, b, sb, out, ks)
+
+
+def _block_columns(s: torch.Tensor, mn: int) -> int:
+    # Scales come as [mn, blocks] or [blocks, mn]; when mn == blocks both read the same.
+    return s.shape[1] if s.dim() == 2 and s.shape[0] == mn else s.shape[0]
+
+
+def check_group_sizes(group_sizes: torch.Tensor, k_total: int) -> None:
+    """Host-side check of contiguous-K group sizes (synchronises with the device): raises ValueError
+    naming the first bad size, or the sum, where the kernel would leave `out` untouched."""
+    sizes = group_sizes.tolist()
+    for g, k in enumerate(sizes):
+        if k < 0 or k % 16 != 0:
+            raise ValueError(f"group_sizes[{g}] must be >= 0 and a multiple of 16, got {k}")
+    if sum(sizes) != k_total:
+        raise ValueError(f"sum(group_sizes) must equal K_total = {k_total}, got {sum(sizes)}")
+
+
+def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, out: torch.Tensor,
+                                                    group_sizes: torch.Tensor) -> None:
+    """One launch for G experts whose tokens are contiguous column ranges of a [M, K_total] and
+    b [N, K_total] (what a transposed cast of the token-major MoE buffer produces). `group_sizes` is an
+    int32 tensor [G] on the operands' device and is only read by the kernel: no host synchronisation,
+    capturable in a CUDA graph. Each size must be >= 0 and a multiple of 16 and they must sum to K_total;
+    the kernel checks this on the device and leaves `out` untouched when they do not (it cannot raise
+    without a synchronisation: call `check_group_sizes` first when in doubt). Scales have `ceil(K_total/128) + G - 1` block columns (blocks restart at
+    every group; trailing ones unused)."""
+    a, sa = lhs
+    b, sb = rhs
+    sa = to_mn_major_scales(sa, a.shape[0], _block_columns(sa, a.shape[0]), "sa")
+    sb = to_mn_major_scales(sb, b.shape[0], _block_columns(sb, b.shape[0]), "sb")
+    torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, group_sizes)

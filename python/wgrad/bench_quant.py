@@ -1,0 +1,176 @@
+"""Benchmark of the FP8 1x128 quantization kernels (called by `python -m wgrad bench --quant`).
+
+Each kernel is timed on DeepSeek-V3-like activations `x` [tokens, features] next to
+- a device-to-device copy moving the same number of bytes (the bandwidth ceiling), and
+- the plain PyTorch way: per-block amax through a view, divide, cast, `.t().contiguous()` for the
+  transposed operand, and a copy of the scales into the MN-major layout the GEMMs take.
+Bytes moved = read x once + write every output (q, q_t, scales). Times are medians of CUDA-event
+intervals with the L2 flushed (a 256 MiB write) before every call.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from .scales import empty_mn_major_scales, num_k_blocks
+
+# tokens x features of DeepSeek-V3 layers (hidden 7168, q_lora/kv_lora + rope 2112, dense/expert
+# intermediate sizes 18432/2048 -> shard-sized 4096 and 24576 column blocks)
+DEFAULT_SHAPES: List[Tuple[int, int]] = [
+    (4096, 7168),
+    (8192, 2112),
+    (8192, 4096),
+    (16384, 7168),
+    (4096, 24576),
+]
+SEGMENTS = 8  # experts of the segmented (MoE) cast in the benchmark
+_L2_FLUSH_BYTES = 256 * 2**20
+
+
+def _time_ms(fn: Callable[[], object], reps: int, flush: torch.Tensor) -> float:
+    fn()  # warm-up (and lazy allocations)
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+# ------------------------------------------------------------------ the PyTorch way ------------------
+
+
+def _torch_rowwise(x: torch.Tensor):
+    rows, cols = x.shape
+    kb = num_k_blocks(cols)
+    xf = x.float()
+    if cols % 128 != 0:
+        xf = torch.nn.functional.pad(xf, (0, kb * 128 - cols))
+    xb = xf.view(rows, kb, 128)
+    amax = xb.abs().amax(dim=-1).clamp(min=1e-4)
+    s = amax / amax.new_full((), 448.0)  # a device tensor: IEEE division, like the kernels
+    q = (xb / s.unsqueeze(-1)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(rows, kb * 128)[:, :cols]
+    scales = empty_mn_major_scales(rows, kb, device=x.device)
+    scales.copy_(s)
+    return q.contiguous(), scales
+
+
+def _torch_colwise(x: torch.Tensor):
+    return _torch_rowwise(x.t().contiguous())
+
+
+def _torch_both(x: torch.Tensor):
+    return (*_torch_rowwise(x), *_torch_colwise(x))
+
+
+def _torch_segments(x: torch.Tensor, sizes: Sequence[int]):
+    # host-side sizes: the PyTorch way needs them on the host (one launch chain per segment)
+    outs, off = [], 0
+    for s in sizes:
+        outs.append(_torch_colwise(x[off : off + s]) if s > 0 else None)
+        off += s
+    return outs
+
+
+# ------------------------------------------------------------------ the benchmark -------------------
+
+
+def _segment_sizes(rows: int, groups: int) -> List[int]:
+    # uneven and not 128-aligned (what MoE routing produces), summing to rows
+    base = [rows // groups] * groups
+    base[-1] += rows - sum(base)
+    for g in range(0, groups - 1, 2):
+        shift = min(37 * (g + 1), base[g + 1])
+        base[g] += shift
+        base[g + 1] -= shift
+    return base
+
+
+def _bytes(kind: str, rows: int, cols: int, elem: int, groups: int = 1) -> int:
+    x_bytes = rows * cols * elem
+    q = rows * cols
+    s_row = rows * num_k_blocks(cols) * 4
+    s_col = cols * (num_k_blocks(rows) + (groups - 1 if kind == "colwise_segments" else 0)) * 4
+    return x_bytes + {
+        "rowwise": q + s_row,
+        "colwise": q + s_col,
+        "both": 2 * q + s_row + s_col,
+        "colwise_segments": q + s_col,
+    }[kind]
+
+
+def run_quant_bench(shapes: Optional[Sequence[Tuple[int, int]]] = None, dtype: torch.dtype = torch.bfloat16,
+                    reps: int = 20, progress: Optional[Callable[[str], None]] = print) -> List[Dict]:
+    """Times every quantization kernel on `shapes` ([tokens, features]).
+    Returns one dict per (kernel, shape): name, shape, dtype, bytes, ms, gbps, copy_ms, copy_gbps,
+    pct_of_copy, torch_ms, speedup, valid (our q and scales equal the PyTorch way's bit for bit)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("run_quant_bench needs a CUDA GPU")
+    ops = torch.ops.wgrad
+    shapes = list(shapes or DEFAULT_SHAPES)
+    flush = torch.empty(_L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    rows_out: List[Dict] = []
+    for rows, cols in shapes:
+        x = torch.randn(rows, cols, dtype=dtype, device="cuda")
+        sizes_list = _segment_sizes(rows, SEGMENTS)
+        sizes = torch.tensor(sizes_list, dtype=torch.int32, device="cuda")
+        kernels = {
+            "rowwise": (lambda: ops.quantize_fp8_1x128_rowwise(x, False), lambda: _torch_rowwise(x)),
+            "colwise": (lambda: ops.quantize_fp8_1x128_colwise(x, False), lambda: _torch_colwise(x)),
+            "both": (lambda: ops.quantize_fp8_1x128_both(x, False), lambda: _torch_both(x)),
+            "colwise_segments": (lambda: ops.quantize_fp8_1x128_colwise_segments(x, sizes, False),
+                                 lambda: _torch_segments(x, sizes_list)),
+        }
+        valid = _validate(x, ops)
+        for kind, (ours, theirs) in kernels.items():
+            nbytes = _bytes(kind, rows, cols, x.element_size(), SEGMENTS)
+            src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+            dst = torch.empty_like(src)
+            copy_ms = _time_ms(lambda: dst.copy_(src), reps, flush)
+            del src, dst
+            ms = _time_ms(ours, reps, flush)
+            torch_ms = _time_ms(theirs, reps, flush)
+            gbps = nbytes / ms / 1e6
+            copy_gbps = nbytes / copy_ms / 1e6
+            row = {
+                "name": f"quantize_fp8_1x128_{kind}",
+                "shape": (rows, cols),
+                "dtype": str(dtype).replace("torch.", ""),
+                "bytes": nbytes,
+                "ms": ms,
+                "gbps": gbps,
+                "copy_ms": copy_ms,
+                "copy_gbps": copy_gbps,
+                "pct_of_copy": 100.0 * gbps / copy_gbps,
+                "torch_ms": torch_ms,
+                "speedup": torch_ms / ms,
+                "valid": valid,
+            }
+            rows_out.append(row)
+            if progress is not None:
+                progress(f"{row['name']:<40} {rows:>6} x {cols:<6} {ms * 1e3:9.1f} us {gbps:8.0f} GB/s "
+                         f"{row['pct_of_copy']:5.1f}% of copy  torch {torch_ms * 1e3:9.1f} us  "
+                         f"x{row['speedup']:.1f}{'' if valid else '  MISMATCH'}")
+        del x
+        torch.cuda.empty_cache()
+    return rows_out
+
+
+def _validate(x: torch.Tensor, ops) -> bool:
+    """Our row-wise and column-wise outputs equal the PyTorch way's bit for bit (same rule)."""
+    q, s = ops.quantize_fp8_1x128_rowwise(x, False)
+    tq, ts = _torch_rowwise(x)
+    q_t, s_t = ops.quantize_fp8_1x128_colwise(x, False)
+    tq_t, ts_t = _torch_colwise(x)
+    return (torch.equal(q.view(torch.uint8), tq.view(torch.uint8)) and torch.equal(s, ts)
+            and torch.equal(q_t.view(torch.uint8), tq_t.view(torch.uint8)) and torch.equal(s_t, ts_t))
+
+
+__all__ = ["DEFAULT_SHAPES", "run_quant_bench"]

@@ -1,0 +1,236 @@
+"""FP8 1x128 quantization: x (bfloat16 / float16 / float32) to float8_e4m3fn with one float32 scale per
+128 elements, written directly in the layouts the weight-gradient GEMMs take (DESIGN sections 2 and 5).
+
+- `quantize_fp8_1x128_rowwise(x)`: blocks along the last dim, `q` [R, C] and `scales` [R, ceil(C/128)];
+- `quantize_fp8_1x128_colwise(x)`: blocks along the rows (the token dim), output transposed:
+  `q_t` [C, R] K-contiguous (row stride `align_up(R, 16)`), `scales_t` [C, ceil(R/128)] — the wgrad
+  operand of an activation or output gradient `x` [tokens, features];
+- `quantize_fp8_1x128_both(x)`: both from one read of `x`;
+- `quantize_fp8_1x128_colwise_segments(x, sizes)`: the column-wise cast of an MoE buffer whose rows are
+  per-expert segments (`sizes`: int32 tensor on x's device, never read by the host), blocks restarting at
+  every segment: the contiguous-K operand of `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`.
+
+Every scale tensor is `[mn, kb]` in the TMA-aligned MN-major layout (strides `(1, align_up(mn, 4))`).
+`x` of more than 2 dims is seen as `[R, C]` with `R` the product of the leading dims; outputs are 2-D.
+The numerics (floor, rounding, UE8M0, NaN/Inf) are defined in `wgrad.reference.
+quantize_fp8_1x128_rowwise_reference`; the CUDA kernels match it bit for bit.
+
+Invalid `sizes` on the GPU (a negative size, or a sum != R) cannot raise without a host
+synchronisation: the kernel then sets every scale to NaN (so a GEMM that consumes them yields NaN) and
+leaves `q_t` unwritten. On the CPU the op raises.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Tuple, Union
+
+import torch
+
+from . import reference
+from .scales import align_up, empty_mn_major_scales, k_block_capacity, num_k_blocks
+
+_LIB = "wgrad"
+_ROWWISE = "quantize_fp8_1x128_rowwise"
+_COLWISE = "quantize_fp8_1x128_colwise"
+_BOTH = "quantize_fp8_1x128_both"
+_SEGMENTS = "quantize_fp8_1x128_colwise_segments"
+
+Q_T_ROW_ALIGN = 16  # q_t rows are TMA-ready: row stride a multiple of 16 bytes
+_MAX_ROWS = 2**31 - 1
+_MAX_COLS = 65535 * 128  # one CTA per 128 columns (gridDim.y)
+_X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+# ------------------------------------------------------------------ layouts -------------------------
+
+
+def empty_q_t(rows: int, cols: int, device=None) -> torch.Tensor:
+    """An uninitialised `[cols, rows]` float8_e4m3fn tensor with row stride `align_up(rows, 16)`."""
+    ld = align_up(max(rows, 1), Q_T_ROW_ALIGN)
+    return torch.empty((cols, ld), dtype=torch.float8_e4m3fn, device=device)[:, :rows]
+
+
+def _zero_padded_q_t(rows: int, cols: int) -> torch.Tensor:
+    ld = align_up(max(rows, 1), Q_T_ROW_ALIGN)
+    return torch.zeros((cols, ld), dtype=torch.uint8).view(torch.float8_e4m3fn)[:, :rows]
+
+
+def _mn_major_copy(s: torch.Tensor) -> torch.Tensor:
+    out = empty_mn_major_scales(s.shape[0], s.shape[1], device=s.device)
+    out.copy_(s)
+    return out
+
+
+# ------------------------------------------------------------------ CPU kernels ---------------------
+
+
+@torch.library.register_kernel(f"{_LIB}::{_ROWWISE}", "cpu")
+def _rowwise_cpu(x, ue8m0=False):
+    torch.ops.wgrad._check_quantize_fp8_1x128(x)
+    q, s = reference.quantize_fp8_1x128_rowwise_reference(x, ue8m0)
+    return q, _mn_major_copy(s)
+
+
+def _colwise_outputs_cpu(x, ue8m0):
+    q_ref, s_ref = reference.quantize_fp8_1x128_colwise_reference(x, ue8m0)
+    q_t = _zero_padded_q_t(x.shape[0], x.shape[1])
+    q_t.view(torch.uint8).copy_(q_ref.view(torch.uint8))
+    return q_t, _mn_major_copy(s_ref)
+
+
+@torch.library.register_kernel(f"{_LIB}::{_COLWISE}", "cpu")
+def _colwise_cpu(x, ue8m0=False):
+    torch.ops.wgrad._check_quantize_fp8_1x128(x)
+    return _colwise_outputs_cpu(x, ue8m0)
+
+
+@torch.library.register_kernel(f"{_LIB}::{_BOTH}", "cpu")
+def _both_cpu(x, ue8m0=False):
+    torch.ops.wgrad._check_quantize_fp8_1x128(x)
+    q, s = reference.quantize_fp8_1x128_rowwise_reference(x, ue8m0)
+    q_t, s_t = _colwise_outputs_cpu(x, ue8m0)
+    return q, _mn_major_copy(s), q_t, s_t
+
+
+@torch.library.register_kernel(f"{_LIB}::{_SEGMENTS}", "cpu")
+def _segments_cpu(x, sizes, ue8m0=False):
+    torch.ops.wgrad._check_quantize_fp8_1x128_segments(x, sizes)
+    q_ref, s_ref = reference.quantize_fp8_1x128_colwise_segments_reference(x, sizes.tolist(), ue8m0)
+    q_t = _zero_padded_q_t(x.shape[0], x.shape[1])
+    q_t.view(torch.uint8).copy_(q_ref.view(torch.uint8))
+    return q_t, _mn_major_copy(s_ref)
+
+
+# ------------------------------------------------------------------ fake kernels --------------------
+# They mirror the checks of csrc/quantize.cu (the source of truth).
+
+
+def _fail(op: str, msg: str):
+    raise RuntimeError(f"{op}: {msg}")
+
+
+def _check_x(op: str, x: torch.Tensor) -> None:
+    if x.dim() != 2:
+        _fail(op, f"x must be 2-D [R, C] (the Python layer flattens leading dims), got {x.dim()}-D {list(x.shape)}")
+    if x.dtype not in _X_DTYPES:
+        _fail(op, f"x must be bfloat16, float16 or float32, got {x.dtype}")
+    if not x.is_contiguous():
+        _fail(op, f"x must be contiguous (row-major [R, C]), got strides {x.stride()} for shape {list(x.shape)}")
+    if x.shape[0] > _MAX_ROWS:
+        _fail(op, f"x must have at most 2^31 - 1 rows, got {x.shape[0]}")
+    if x.shape[1] > _MAX_COLS:
+        _fail(op, f"x must have at most {_MAX_COLS} columns (one CTA per 128), got {x.shape[1]}")
+
+
+def _check_sizes(op: str, x: torch.Tensor, sizes: torch.Tensor) -> None:
+    if sizes.dtype != torch.int32:
+        _fail(op, f"sizes must be int32, got {sizes.dtype}")
+    if sizes.dim() != 1:
+        _fail(op, f"sizes must be 1-D [G], got {sizes.dim()}-D {list(sizes.shape)}")
+    if sizes.shape[0] < 1:
+        _fail(op, "sizes must name at least one segment, got an empty tensor")
+    if not sizes.is_contiguous():
+        _fail(op, f"sizes must be contiguous, got strides {sizes.stride()}")
+    if sizes.device != x.device:
+        _fail(op, f"sizes must be on {x.device} like x, got {sizes.device}")
+
+
+def _rowwise_like(x):
+    rows, cols = x.shape
+    q = torch.empty((rows, cols), dtype=torch.float8_e4m3fn, device=x.device)
+    return q, empty_mn_major_scales(rows, num_k_blocks(cols), device=x.device)
+
+
+def _colwise_like(x, kb):
+    rows, cols = x.shape
+    return empty_q_t(rows, cols, device=x.device), empty_mn_major_scales(cols, kb, device=x.device)
+
+
+@torch.library.register_fake(f"{_LIB}::{_ROWWISE}")
+def _rowwise_fake(x, ue8m0=False):
+    _check_x(_ROWWISE, x)
+    return _rowwise_like(x)
+
+
+@torch.library.register_fake(f"{_LIB}::{_COLWISE}")
+def _colwise_fake(x, ue8m0=False):
+    _check_x(_COLWISE, x)
+    return _colwise_like(x, num_k_blocks(x.shape[0]))
+
+
+@torch.library.register_fake(f"{_LIB}::{_BOTH}")
+def _both_fake(x, ue8m0=False):
+    _check_x(_BOTH, x)
+    return (*_rowwise_like(x), *_colwise_like(x, num_k_blocks(x.shape[0])))
+
+
+@torch.library.register_fake(f"{_LIB}::{_SEGMENTS}")
+def _segments_fake(x, sizes, ue8m0=False):
+    _check_x(_SEGMENTS, x)
+    _check_sizes(_SEGMENTS, x, sizes)
+    return _colwise_like(x, k_block_capacity(x.shape[0], sizes.shape[0]))
+
+
+# ------------------------------------------------------------------ user-facing functions -----------
+
+
+def _as_2d(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() < 2:
+        raise ValueError(f"x must have at least 2 dims [..., C], got shape {tuple(x.shape)}")
+    if x.dtype not in _X_DTYPES:
+        raise ValueError(f"x must be bfloat16, float16 or float32, got {x.dtype}")
+    # A copy only when x is not contiguous.
+    return x.reshape(-1, x.shape[-1]).contiguous()
+
+
+def quantize_fp8_1x128_rowwise(x: torch.Tensor, ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """`x` [..., C] -> `q` [R, C] float8_e4m3fn and `scales` [R, ceil(C/128)] float32 (MN-major), one
+    scale per 128 consecutive elements of a row. `ue8m0`: power-of-two scales, rounded up."""
+    return torch.ops.wgrad.quantize_fp8_1x128_rowwise(_as_2d(x), ue8m0)
+
+
+def quantize_fp8_1x128_colwise(x: torch.Tensor, ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """`x` [..., C] seen as [R, C] -> `q_t` [C, R] float8_e4m3fn (row stride `align_up(R, 16)`, K-contiguous)
+    and `scales_t` [C, ceil(R/128)] float32 (MN-major), one scale per 128 consecutive rows of a column."""
+    return torch.ops.wgrad.quantize_fp8_1x128_colwise(_as_2d(x), ue8m0)
+
+
+def quantize_fp8_1x128_both(x: torch.Tensor, ue8m0: bool = False):
+    """Row-wise and column-wise outputs from one read of `x`: `(q, scales, q_t, scales_t)`."""
+    return torch.ops.wgrad.quantize_fp8_1x128_both(_as_2d(x), ue8m0)
+
+
+def quantize_fp8_1x128_colwise_segments(x: torch.Tensor, sizes: Union[torch.Tensor, Sequence[int]],
+                                        ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Column-wise quantization of `x` [..., C] (seen as [R, C]) over row segments: segment g is the rows
+    `[sum(sizes[:g]), sum(sizes[:g+1]))` (one expert's tokens), 128-row blocks restart at every segment.
+    Returns `q_t` [C, R] and `scales_t` [C, ceil(R/128) + G - 1]: segment g's j-th block is scale column
+    `sum_{h<g} ceil(sizes[h]/128) + j`, unused trailing columns are 0.
+
+    `sizes` should be an int32 tensor on x's device: it is only read by the kernels (no host
+    synchronisation; capturable in a CUDA graph). Other integer tensors are converted on their device;
+    a Python list is copied to x's device. Invalid sizes on the GPU give NaN scales (see the module doc)."""
+    x2 = _as_2d(x)
+    if not isinstance(sizes, torch.Tensor):
+        sizes = torch.tensor([int(s) for s in sizes], dtype=torch.int32, device=x2.device)
+    elif sizes.dtype != torch.int32:
+        sizes = sizes.to(torch.int32)
+    return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments(x2, sizes.contiguous(), ue8m0)
+
+
+def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """DeepGEMM's familiar name for the row-wise cast: `x` [m, n] -> (`q` [m, n] float8_e4m3fn,
+    `scales` [m, ceil(n/128)] float32). Unlike DeepGEMM's PyTorch helper, `n` need not be a multiple of
+    128, the scales come in the TMA-aligned MN-major layout, and the numerics are this package's
+    (`q = x / scale` with `scale = amax / 448`, see `wgrad.reference`)."""
+    return quantize_fp8_1x128_rowwise(x, use_ue8m0)
+
+
+__all__ = [
+    "empty_q_t",
+    "per_token_cast_to_fp8",
+    "quantize_fp8_1x128_both",
+    "quantize_fp8_1x128_colwise",
+    "quantize_fp8_1x128_colwise_segments",
+    "quantize_fp8_1x128_rowwise",
+]

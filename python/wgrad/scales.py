@@ -1,0 +1,75 @@
+"""The TMA-aligned, MN-major scale layout (DESIGN section 2) and the conversions into it.
+
+A scale tensor for an operand with `mn` rows and `kb` 128-wide K blocks is seen as `[mn, kb]` with
+strides `(1, ld)`, `ld = align_up(mn, 4)`: element `(m, kb)` sits at `kb * ld + m`, so every K block's
+column of scales is one 16-byte-aligned run that TMA can load.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SCALE_BLOCK_K = 128
+
+
+def ceil_div(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def align_up(a: int, b: int) -> int:
+    return ceil_div(a, b) * b
+
+
+def num_k_blocks(k: int) -> int:
+    """1x128 blocks along K (the last one may be partial)."""
+    return ceil_div(k, SCALE_BLOCK_K)
+
+
+def k_block_capacity(k_total: int, groups: int) -> int:
+    """Most blocks a split of `k_total` columns into `groups` segments can need (blocks restart at each
+    segment, so every boundary adds at most one partial block). Scales of the contiguous-K grouped GEMM
+    have this many columns."""
+    return max(0, num_k_blocks(k_total) + groups - 1)
+
+
+def empty_mn_major_scales(mn: int, kb: int, device=None) -> torch.Tensor:
+    """An uninitialised `[mn, kb]` float32 tensor in the TMA-aligned MN-major layout."""
+    ld = align_up(max(mn, 1), 4)
+    return torch.empty((kb, ld), dtype=torch.float32, device=device)[:, :mn].t()
+
+
+def is_mn_major(s: torch.Tensor) -> bool:
+    """True when `s` ([mn, kb]) already has the layout the GEMMs take without a copy."""
+    mn, kb = s.shape
+    if mn == 0 or kb == 0:
+        return True
+    if mn > 1 and s.stride(0) != 1:
+        return False
+    if kb > 1 and (s.stride(1) % 4 != 0 or s.stride(1) < mn):
+        return False
+    return s.data_ptr() % 16 == 0 if s.device.type != "meta" else s.storage_offset() % 4 == 0
+
+
+def to_mn_major_scales(s: torch.Tensor, mn: int, kb: int, name: str = "scales") -> torch.Tensor:
+    """Returns `s` as an `[mn, kb]` MN-major view, accepting:
+
+    - `[mn, kb]` already MN-major (returned as is);
+    - `[kb, mn]` whose rows are 16-byte aligned (a transposed view is returned: no copy);
+    - any other `[mn, kb]` or `[kb, mn]` float32 tensor: **copied** into a new MN-major tensor (slower;
+      the quantization kernels of this package write the right layout directly).
+    """
+    if s.dim() != 2:
+        raise ValueError(f"{name} must be 2-D [{mn}, {kb}] or [{kb}, {mn}], got shape {tuple(s.shape)}")
+    if s.dtype != torch.float32:
+        raise ValueError(f"{name} must be float32, got {s.dtype}")
+    if tuple(s.shape) == (mn, kb):
+        cand = s
+    elif tuple(s.shape) == (kb, mn):
+        cand = s.t()
+    else:
+        raise ValueError(f"{name} must have shape [{mn}, {kb}] or [{kb}, {mn}], got {tuple(s.shape)}")
+    if is_mn_major(cand):
+        return cand
+    out = empty_mn_major_scales(mn, kb, device=s.device)
+    out.copy_(cand)
+    return out

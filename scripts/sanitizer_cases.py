@@ -1,0 +1,50 @@
+"""A few small GEMM calls for compute-sanitizer (memcheck, racecheck): partial tiles, a strided out,
+K not a multiple of 128, and both k-grouped layouts with an empty and an unaligned group."""
+
+import torch
+
+import wgrad
+from wgrad.scales import empty_mn_major_scales, k_block_capacity, num_k_blocks
+
+
+def operand(rows, k, dev):
+    q = torch.randn(rows, k, device=dev).to(torch.float8_e4m3fn)
+    return q
+
+
+def scales(mn, kb, dev):
+    s = empty_mn_major_scales(mn, kb, dev)
+    s.copy_(torch.rand(mn, kb, device=dev) + 0.5)
+    return s
+
+
+def main():
+    dev = "cuda"
+    for m, n, k in ((129, 100, 144), (33, 257, 1008), (256, 304, 256)):
+        a, b = operand(m, k, dev), operand(n, k, dev)
+        big = torch.zeros(m, n + 12, device=dev)
+        out = big[:, 4 : 4 + n]
+        wgrad.wgrad_gemm_fp8_fp8_fp32_nt((a, scales(m, num_k_blocks(k), dev)), (b, scales(n, num_k_blocks(k), dev)), out)
+    m, n, ks = 130, 150, [16, 0, 100, 1008]
+    kt = sum(ks)
+    a, b = operand(m, kt, dev), operand(n, kt, dev)
+    # contiguous-K operands need 16-element row strides
+    a16 = torch.zeros(m, (kt + 15) // 16 * 16, device=dev).to(torch.float8_e4m3fn)[:, :kt]
+    b16 = torch.zeros(n, (kt + 15) // 16 * 16, device=dev).to(torch.float8_e4m3fn)[:, :kt]
+    a16.copy_(a)
+    b16.copy_(b)
+    cap = k_block_capacity(kt, len(ks))
+    out = torch.zeros(len(ks), m, n, device=dev)
+    wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
+        (a16, scales(m, cap, dev)), (b16, scales(n, cap, dev)), out, torch.tensor(ks, dtype=torch.int32, device=dev))
+    ks = [16, 0, 112, 1008]
+    kb = sum(num_k_blocks(k) for k in ks)
+    a = torch.randn(m * sum(ks), device=dev).to(torch.float8_e4m3fn)
+    b = torch.randn(n * sum(ks), device=dev).to(torch.float8_e4m3fn)
+    wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a, scales(m, kb, dev)), (b, scales(n, kb, dev)), out, ks)
+    torch.cuda.synchronize()
+    print("sanitizer cases done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Build recipe of wgrad: the one place that lists sources and compiler flags.
+
+CMakeLists.txt asks this file for the same lists (`python setup.py --print-cmake-config`), so nothing
+here is repeated by hand.
+
+Environment:
+  CUTLASS_DIR   a CUTLASS checkout (its include/ is used) instead of the
+                headers shipped in the pinned `nvidia-cutlass` wheel.
+  MAX_JOBS      parallel compile jobs (read by torch's ninja build).
+  NVCC_THREADS  nvcc's own --threads (default 1).
+"""
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).resolve().parent
+
+# Every translation unit of the extension. Host entries (ATen) live in csrc/*.cpp|cu; device code
+# lives in csrc/kernels/ and never includes ATen.
+SOURCES = [
+    "csrc/registration.cpp",
+    "csrc/checks.cpp",
+    "csrc/gemm_dense.cu",
+    "csrc/gemm_grouped_packed.cu",
+    "csrc/gemm_grouped_contiguous.cu",
+    "csrc/quantize.cu",
+]
+
+# Torch-free C++ tests (GoogleTest), built by CMake only.
+CPP_TEST_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "cpp").glob("test_*.cpp"))
+
+# The kernels use wgmma and setmaxnreg: sm_90a (the arch-specific target), not plain sm_90.
+CUDA_ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]
+
+CXX_FLAGS = ["-O3", "-std=c++20", "-DNDEBUG"]
+
+NVCC_FLAGS = [
+    "-O3",
+    "-std=c++20",
+    "-DNDEBUG",
+    "--expt-relaxed-constexpr",
+    "--expt-extended-lambda",
+    "-lineinfo",
+    # Register and spill report of every kernel in every build log.
+    "-Xptxas=-v",
+    # CUTLASS wants these so that its half/bfloat16 types do not fight torch's.
+    "-U__CUDA_NO_HALF_OPERATORS__",
+    "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",
+] + CUDA_ARCH_FLAGS
+
+# A toolchain that links libstdc++ statically (the device image's /opt/gcc) would otherwise export its
+# own std::ostream next to torch's and crash inside TORCH_CHECK's message formatting.
+LINK_FLAGS = ["-Wl,--exclude-libs,ALL"]
+
+
+def cutlass_include_dirs():
+    """CUTLASS/CuTe headers: $CUTLASS_DIR, else the pinned nvidia-cutlass wheel."""
+    override = os.environ.get("CUTLASS_DIR")
+    if override:
+        base = Path(override)
+    else:
+        spec = importlib.util.find_spec("cutlass_library")
+        if spec is None or spec.submodule_search_locations is None:
+            raise RuntimeError(
+                "CUTLASS headers not found: `pip install nvidia-cutlass==4.2.0.0` or set CUTLASS_DIR "
+                "to a CUTLASS checkout (see third_party/README.md)"
+            )
+        base = Path(list(spec.submodule_search_locations)[0]) / "source"
+    include = base / "include"
+    if not (include / "cute").is_dir():
+        raise RuntimeError(f"CUTLASS headers not found: {include}/cute does not exist")
+    return [str(include)]
+
+
+def cuda_library_include_dirs():
+    """Headers of the CUDA libraries torch's ATen includes (cusparse.h, cublas_v2.h, ...). A toolkit
+    installed from the runfile has them under CUDA_HOME; a minimal one (compiler only) does not, and
+    torch's pip wheels ship them under site-packages/nvidia/cu13/include."""
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or spec.submodule_search_locations is None:
+        return []
+    dirs = []
+    for base in spec.submodule_search_locations:
+        for sub in ("cu13/include", "cu12/include"):
+            d = Path(base) / sub
+            if (d / "cusparse.h").exists():
+                dirs.append(str(d))
+    return dirs[:1]
+
+
+INCLUDE_DIRS = [str(ROOT / "csrc")]
+
+
+def cmake_config():
+    return {
+        "include_dirs": INCLUDE_DIRS + cutlass_include_dirs(),
+        "cxx_flags": CXX_FLAGS,
+        "cpp_test_sources": CPP_TEST_SOURCES,
+        "extension_sources": SOURCES,
+    }
+
+
+def nvcc_threads_flags():
+    n = os.environ.get("NVCC_THREADS", "1")
+    return [f"--threads={int(n)}"]
+
+
+def build_extension():
+    from torch.utils.cpp_extension import CUDAExtension
+
+    return CUDAExtension(
+        name="wgrad._C",
+        sources=SOURCES,
+        include_dirs=INCLUDE_DIRS + cutlass_include_dirs() + cuda_library_include_dirs(),
+        extra_compile_args={"cxx": CXX_FLAGS, "nvcc": NVCC_FLAGS + nvcc_threads_flags()},
+        extra_link_args=LINK_FLAGS,
+    )
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--print-cmake-config"]:
+    print(json.dumps(cmake_config()))
+    sys.exit(0)
+
+if __name__ == "__main__":
+    from torch.utils.cpp_extension import BuildExtension
+
+    setup(
+        name="wgrad",
+        version="0.1.0",
+        description="FP8 weight-gradient GEMMs (1x128 scaling) for NVIDIA Hopper",
+        packages=find_packages("python"),
+        package_dir={"": "python"},
+        ext_modules=[build_extension()],
+        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+        python_requires=">=3.10",
+        install_requires=["torch>=2.11"],
+        zip_safe=False,
+    )

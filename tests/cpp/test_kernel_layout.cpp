@@ -1,0 +1,125 @@
+// Host-side checks of the facts the SM90 kernel's promotion and epilogue are written against.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "kernels/mma_atoms.h"
+#include "kernels/tile_config.h"
+#include "kernels/tile_scheduler.h"
+
+namespace {
+
+// mainloop_sm90.cuh: fragment element v of consumer thread t sits at
+//   row = 64 * (t / 128) + 16 * warp + lane / 4 + 8 * ((v / 2) % 2),  col = 8 * (v / 4) + 2 * (lane % 4) + v % 2
+template <int kBlockN>
+void expect_fragment_layout() {
+  using namespace cute;
+  wgrad::TiledMmaSm90<kBlockN> tiled_mma;
+  Tensor coords = make_identity_tensor(Shape<Int<wgrad::kBlockM>, Int<kBlockN>>{});  // (BLK_M,BLK_N)
+  std::set<std::pair<int, int>> seen;
+  for (int t = 0; t < 256; ++t) {
+    auto thr = tiled_mma.get_thread_slice(t);
+    Tensor tCcC = thr.partition_C(coords);  // (MMA,MMA_M,MMA_N)
+    ASSERT_EQ(int(size(tCcC)), kBlockN / 2);
+    const int warp = (t % 128) / 32, lane = t % 32;
+    for (int v = 0; v < kBlockN / 2; ++v) {
+      const int row = get<0>(tCcC(v));
+      const int col = get<1>(tCcC(v));
+      EXPECT_EQ(row, 64 * (t / 128) + 16 * warp + lane / 4 + 8 * ((v / 2) % 2)) << "t=" << t << " v=" << v;
+      EXPECT_EQ(col, 8 * (v / 4) + 2 * (lane % 4) + v % 2) << "t=" << t << " v=" << v;
+      seen.insert({row, col});
+    }
+  }
+  EXPECT_EQ(seen.size(), size_t(wgrad::kBlockM) * kBlockN);  // every element owned exactly once
+}
+
+TEST(KernelLayout, FragmentLayoutN128) { expect_fragment_layout<128>(); }
+TEST(KernelLayout, FragmentLayoutN144) { expect_fragment_layout<144>(); }
+TEST(KernelLayout, FragmentLayoutN152) { expect_fragment_layout<152>(); }
+TEST(KernelLayout, FragmentLayoutN160) { expect_fragment_layout<160>(); }
+
+// mainloop_sm90.cuh zero_tail: byte (r, k) of a stage at r * 128 + ((k / 16) ^ (r % 8)) * 16 + k % 16.
+TEST(KernelLayout, SmemSwizzleMatchesTailMaskFormula) {
+  using namespace cute;
+  using Layout = wgrad::SmemLayoutKSw128<wgrad::kBlockM, 2>;
+  Layout layout{};
+  for (int s = 0; s < 2; ++s)
+    for (int r = 0; r < wgrad::kBlockM; ++r)
+      for (int k = 0; k < wgrad::kBlockK; ++k) {
+        const int expected = s * wgrad::kBlockM * wgrad::kBlockK + r * 128 + ((k / 16) ^ (r % 8)) * 16 + k % 16;
+        ASSERT_EQ(int(layout(r, k, s)), expected) << "r=" << r << " k=" << k << " s=" << s;
+      }
+}
+
+TEST(TileConfig, EveryCandidateFitsAtLeastThreeStages) {
+  for (int bn : wgrad::kBlockNCandidates) {
+    EXPECT_GE(wgrad::stages_for(bn), 3) << bn;
+    EXPECT_LE(wgrad::stages_for(bn) * wgrad::stage_bytes(bn) + wgrad::epilogue_bytes(bn), wgrad::kSmemBudgetBytes);
+    EXPECT_EQ(bn % 8, 0) << "WGMMA N and the 1024-byte alignment of B stages need multiples of 8";
+  }
+}
+
+TEST(TileConfig, SelectionAvoidsRaggedLastWaves) {
+  // 7168 x 2112 on 132 SMs: 152 gives 56 x 14 = 784 tiles = 5.94 waves (128 gives 7.2 waves).
+  EXPECT_EQ(wgrad::select_block_n(7168, 2112, 1, 132), 152);
+  // Every choice is a candidate, for any shape.
+  for (int64_t m : {1, 128, 1000, 16384})
+    for (int64_t n : {1, 100, 4096, 32768}) {
+      const int bn = wgrad::select_block_n(m, n, 1, 132);
+      bool ok = false;
+      for (int c : wgrad::kBlockNCandidates) ok |= c == bn;
+      EXPECT_TRUE(ok) << m << "x" << n << " -> " << bn;
+    }
+}
+
+TEST(TileScheduler, EnumeratesEveryTileOnce) {
+  for (int tiles_m : {1, 3, 8, 9, 56})
+    for (int tiles_n : {1, 5, 27, 28})
+      for (int groups : {1, 3}) {
+        wgrad::PersistentTileScheduler s{tiles_m, tiles_n, groups};
+        std::set<std::tuple<int, int, int>> seen;
+        int phantoms = 0;
+        for (int64_t t = 0; t < s.total_cluster_tiles(); ++t) {
+          const auto c0 = s.coord(t, 0);
+          const auto c1 = s.coord(t, 1);
+          // A cluster's two CTAs share the m block (A multicast) and take adjacent n blocks.
+          ASSERT_EQ(c0.m_block, c1.m_block);
+          ASSERT_EQ(c0.group, c1.group);
+          ASSERT_EQ(c1.n_block, c0.n_block + 1);
+          ASSERT_EQ(c0.n_block % 2, 0);
+          for (const auto& c : {c0, c1}) {
+            ASSERT_GE(c.m_block, 0);
+            ASSERT_LT(c.m_block, tiles_m);
+            ASSERT_EQ(c.group, t / (int64_t(tiles_m) * ((tiles_n + 1) / 2)));
+            if (c.n_block >= tiles_n) {
+              ++phantoms;  // past N: computed on zero-filled B, store clipped
+              continue;
+            }
+            seen.insert({c.group, c.m_block, c.n_block});
+          }
+        }
+        EXPECT_EQ(int64_t(seen.size()), int64_t(tiles_m) * tiles_n * groups);
+        EXPECT_EQ(phantoms, tiles_n % 2 == 1 ? tiles_m * groups : 0);
+      }
+}
+
+TEST(TileScheduler, ConsecutiveClusterTilesWalkABandOfRowBlocks) {
+  wgrad::PersistentTileScheduler s{20, 10, 1};
+  // The first band is 8 row blocks tall: cluster tiles 0..7 share n blocks {0, 1}, tile 8 moves right.
+  for (int t = 0; t < 8; ++t) {
+    EXPECT_EQ(s.coord(t, 0).m_block, t);
+    EXPECT_EQ(s.coord(t, 0).n_block, 0);
+    EXPECT_EQ(s.coord(t, 1).n_block, 1);
+  }
+  EXPECT_EQ(s.coord(8, 0).m_block, 0);
+  EXPECT_EQ(s.coord(8, 0).n_block, 2);
+  // The last band holds the remaining 4 row blocks.
+  const int64_t last_band_start = 2 * 8 * 5;
+  EXPECT_EQ(s.coord(last_band_start, 0).m_block, 16);
+  EXPECT_EQ(s.coord(last_band_start + 4, 0).m_block, 16);
+  EXPECT_EQ(s.coord(last_band_start + 4, 0).n_block, 2);
+}
+
+}  // namespace

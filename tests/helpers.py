@@ -1,0 +1,241 @@
+"""Operand factories and comparison helpers shared by the tests.
+
+Random operands follow the contract of csrc/registration.cpp: fp8 e4m3 data from a normal distribution,
+float32 1x128 scales in the TMA-aligned MN-major layout spanning several orders of magnitude. Every
+byte that is NOT part of an operand (row padding of a, b; the rows ld > mn of a scale tensor; unused
+trailing scale columns of the contiguous-K layout) is poisoned with NaN, so that a kernel reading it
+shows up as NaN in out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import pytest
+import torch
+
+import wgrad
+from wgrad.scales import align_up, num_k_blocks
+
+FP8 = torch.float8_e4m3fn
+BLOCK_K = 128
+
+
+def _has_sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+HAS_SM90 = _has_sm90()
+NO_SM90_REASON = "needs an SM90 GPU (compute capability 9.0)"
+
+# Marks of every GPU test: skipped cleanly (with the reason) unless an SM90 GPU is present.
+GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not HAS_SM90, reason=NO_SM90_REASON)]
+
+
+def cuda_param(*values, id=None):
+    return pytest.param(*values, marks=GPU_MARKS, id=id)
+
+
+def generator(device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+# ------------------------------------------------------------------ operands ------------------------
+
+
+def rand_fp8(rows: int, k: int, *, device="cpu", gen: Optional[torch.Generator] = None,
+             row_stride: Optional[int] = None) -> torch.Tensor:
+    """[rows, k] float8_e4m3fn of N(0, 1) data (what an amax/448 cast of normal activations gives), as a
+    view of a [rows, row_stride] buffer whose padding columns hold NaN. The default row stride is k
+    rounded up to 16 elements (the smallest the contract allows)."""
+    ld = row_stride if row_stride is not None else align_up(max(k, 1), 16)
+    buf = torch.full((rows, ld), float("nan"), device=device).to(FP8)
+    if rows and k:
+        buf[:, :k] = torch.randn(rows, k, device=device, generator=gen).to(FP8)
+    return buf[:, :k]
+
+
+def rand_scale_values(shape, *, device="cpu", gen=None, lo: float = -8.0, hi: float = 2.0) -> torch.Tensor:
+    """float32 powers 2**u with u ~ U(lo, hi): scales spanning several orders of magnitude."""
+    u = torch.rand(shape, device=device, generator=gen, dtype=torch.float64)
+    return torch.exp2(lo + (hi - lo) * u).float()
+
+
+def rand_scales(mn: int, kb: int, *, device="cpu", gen=None, poison: bool = True) -> torch.Tensor:
+    """[mn, kb] float32 scales in the TMA-aligned MN-major layout (wgrad.empty_mn_major_scales); the
+    padding rows ld > mn of the underlying buffer hold NaN when `poison`."""
+    s = wgrad.empty_mn_major_scales(mn, kb, device=device)
+    if kb == 0:
+        return s
+    ld = s.stride(1)
+    if poison:
+        s.as_strided((kb, ld), (ld, 1)).fill_(float("nan"))
+    if mn:
+        s.copy_(rand_scale_values((mn, kb), device=device, gen=gen))
+    return s
+
+
+def poisoned_out(shape: Sequence[int], *, device="cpu", fill: float = 0.0):
+    """A float32 view of `shape` (last two dims [M, N]) inside a larger NaN-filled buffer: row stride
+    > N and a multiple of 4, one NaN row above and below, four NaN columns to the left, a 16-byte
+    aligned start. Returns (buffer, window); the window holds `fill`."""
+    *lead, m, n = shape
+    ld = align_up(n, 4) + 8
+    buf = torch.full((*lead, m + 2, ld), float("nan"), device=device)
+    window = buf[..., 1 : 1 + m, 4 : 4 + n]
+    window.fill_(fill)
+    return buf, window
+
+
+def new_out(*shape: int, device="cpu", fill: float = 0.0, randn: bool = False, gen=None) -> torch.Tensor:
+    """float32 out of `shape` (last two dims [M, N]) whose row stride is N rounded up to 4 elements: the
+    contract wants 16-byte rows (TMA), so a contiguous [M, N] only qualifies when N % 4 == 0."""
+    *lead, m, n = shape
+    buf = torch.empty((*lead, m, align_up(max(n, 1), 4)), device=device)
+    out = buf[..., :n]
+    if randn:
+        out.copy_(torch.randn(out.shape, device=device, generator=gen))
+    else:
+        out.fill_(fill)
+    return out
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """A bitwise image of t (NaN == NaN, -0.0 != 0.0), for 'left untouched' checks."""
+    int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.view(int_type).clone()
+
+
+@dataclass
+class Dense:
+    a: torch.Tensor
+    sa: torch.Tensor
+    b: torch.Tensor
+    sb: torch.Tensor
+
+    def args(self):
+        return self.a, self.sa, self.b, self.sb
+
+
+def make_dense(m: int, n: int, k: int, *, device="cpu", seed: int = 0, **fp8_kwargs) -> Dense:
+    gen = generator(device, seed)
+    kb = num_k_blocks(k)
+    return Dense(
+        a=rand_fp8(m, k, device=device, gen=gen, **fp8_kwargs),
+        sa=rand_scales(m, kb, device=device, gen=gen),
+        b=rand_fp8(n, k, device=device, gen=gen, **fp8_kwargs),
+        sb=rand_scales(n, kb, device=device, gen=gen),
+    )
+
+
+@dataclass
+class Grouped:
+    """Operands of one k-grouped call; `ks` the group sizes."""
+
+    a: torch.Tensor
+    sa: torch.Tensor
+    b: torch.Tensor
+    sb: torch.Tensor
+    ks: List[int]
+
+    def args(self):
+        return self.a, self.sa, self.b, self.sb
+
+
+def group_block_starts(ks: Sequence[int]) -> List[int]:
+    """First scale column of every group (blocks restart at every group)."""
+    starts, col = [], 0
+    for k in ks:
+        starts.append(col)
+        col += num_k_blocks(k)
+    return starts
+
+
+def make_packed(m: int, n: int, ks: Sequence[int], *, device="cpu", seed: int = 0) -> Grouped:
+    """DeepGEMM's packed layout: flat a, b holding the row-major [M, K_g] / [N, K_g] blocks in turn."""
+    gen = generator(device, seed)
+    k_total = sum(ks)
+    kb = sum(num_k_blocks(k) for k in ks)
+    a = torch.randn(m * k_total, device=device, generator=gen).to(FP8)
+    b = torch.randn(n * k_total, device=device, generator=gen).to(FP8)
+    return Grouped(a, rand_scales(m, kb, device=device, gen=gen), b, rand_scales(n, kb, device=device, gen=gen),
+                   list(ks))
+
+
+def make_contiguous(m: int, n: int, ks: Sequence[int], *, device="cpu", seed: int = 0) -> Grouped:
+    """Contiguous-K layout: a [M, K_total], b [N, K_total] (rows padded to 16 elements with NaN), scales
+    with k_block_capacity columns whose unused trailing columns hold NaN."""
+    gen = generator(device, seed)
+    k_total = sum(ks)
+    cap = wgrad.k_block_capacity(k_total, len(ks))
+    used = sum(num_k_blocks(k) for k in ks)
+    a = rand_fp8(m, k_total, device=device, gen=gen)
+    b = rand_fp8(n, k_total, device=device, gen=gen)
+    sa = rand_scales(m, cap, device=device, gen=gen)
+    sb = rand_scales(n, cap, device=device, gen=gen)
+    sa[:, used:] = float("nan")
+    sb[:, used:] = float("nan")
+    return Grouped(a, sa, b, sb, list(ks))
+
+
+def ks_tensor(ks: Sequence[int], device) -> torch.Tensor:
+    return torch.tensor(list(ks), dtype=torch.int32, device=device)
+
+
+# ------------------------------------------------------------------ references ----------------------
+
+
+def blockwise_reference(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
+    """float64 [M, N] straight from the contract's formula,
+    sum_kb sa[m, kb] * sb[n, kb] * sum_{k in kb} a[m, k] * b[n, k]
+    (written independently of wgrad.reference, whose dequantize-then-multiply form the CPU kernels use)."""
+    m, k = a.shape
+    n = b.shape[0]
+    out = torch.zeros(m, n, dtype=torch.float64, device=a.device)
+    for kb in range(num_k_blocks(k)):
+        lo, hi = kb * BLOCK_K, min(k, (kb + 1) * BLOCK_K)
+        partial = a[:, lo:hi].double() @ b[:, lo:hi].double().t()
+        out += sa[:, kb].double()[:, None] * sb[:, kb].double()[None, :] * partial
+    return out
+
+
+def packed_group_references(op: Grouped, m: int, n: int, ref=blockwise_reference) -> List[torch.Tensor]:
+    """Per-group float64 products of the packed layout."""
+    outs, off_a, off_b = [], 0, 0
+    for k, col in zip(op.ks, group_block_starts(op.ks)):
+        kb = num_k_blocks(k)
+        a_g = op.a[off_a : off_a + m * k].view(m, k)
+        b_g = op.b[off_b : off_b + n * k].view(n, k)
+        outs.append(ref(a_g, op.sa[:, col : col + kb], b_g, op.sb[:, col : col + kb]))
+        off_a += m * k
+        off_b += n * k
+    return outs
+
+
+def contiguous_group_references(op: Grouped, ref=blockwise_reference) -> List[torch.Tensor]:
+    """Per-group float64 products of the contiguous-K layout."""
+    outs, off = [], 0
+    for k, col in zip(op.ks, group_block_starts(op.ks)):
+        kb = num_k_blocks(k)
+        outs.append(ref(op.a[:, off : off + k], op.sa[:, col : col + kb], op.b[:, off : off + k],
+                        op.sb[:, col : col + kb]))
+        off += k
+    return outs
+
+
+def rel_frobenius(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """||x - ref||_F / ||ref||_F in float64 (the absolute error when ref is all zero)."""
+    x, ref = x.double(), ref.double()
+    err = torch.linalg.vector_norm(x - ref).item()
+    den = torch.linalg.vector_norm(ref).item()
+    return err / den if den > 0 else err
+
+
+def assert_fp32_of(out: torch.Tensor, expected64: torch.Tensor) -> None:
+    """out equals expected64 rounded once to float32, up to one ulp: the CPU kernels and the references
+    sum in float64 in different orders (relative differences ~1e-15), so the single rounding to float32
+    may pick the other neighbour."""
+    expected = expected64.to(torch.float32)
+    scale = expected64.abs().max().item() if expected64.numel() else 0.0
+    torch.testing.assert_close(out, expected, rtol=2.0**-23, atol=1e-12 * scale, equal_nan=False)

@@ -1,0 +1,329 @@
+"""Every bad input of the three GEMM ops is rejected with a RuntimeError that names the argument and the
+expected / actual value, and `out` is left bitwise as it was.
+
+Each case runs on three backends:
+- cpu:  the C++ checks (csrc/checks.cpp, the source of truth) in front of the reference math;
+- meta: the Python fake kernels (python/wgrad/_ops.py), which must mirror the C++ checks: the same
+        inputs raise, with a message matching the same pattern;
+- cuda: the C++ checks in front of the SM90 kernels (skipped without an SM90 GPU).
+Cases that need the values of the `ks` tensor (negative sizes, sum(ks) != K_total) are checked on the
+host only where the data can be read without a synchronisation: on the CPU. On meta tensors there is no
+data; on CUDA the kernel validates the sizes and leaves out untouched when they are invalid, without an
+error (raising one would need a host synchronisation; see the README).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict
+
+import pytest
+import torch
+
+import wgrad
+from helpers import FP8, bits, cuda_param
+
+DENSE = "wgrad_gemm_fp8_fp8_fp32_nt"
+PACKED = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"
+CONTIG = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous"
+
+M, N = 33, 24  # M not a multiple of 4 (scale ld = 36), N a multiple of 4 (out rows 16-byte aligned)
+
+
+# ------------------------------------------------------------------ builders ------------------------
+
+
+def fp8(rows, cols, dev):
+    return torch.zeros(rows, cols, device=dev).to(FP8)
+
+
+def fp8_flat(numel, dev):
+    return torch.zeros(numel, device=dev).to(FP8)
+
+
+def at_offset(shape, dtype, offset, dev):
+    """A contiguous tensor of `shape` whose storage offset is `offset` elements (misaligned base)."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    buf = torch.zeros(numel + offset, device=dev).to(dtype)
+    return buf[offset : offset + numel].view(shape)
+
+
+def scales(mn, kb, dev):
+    s = wgrad.empty_mn_major_scales(mn, kb, device=dev)
+    return s.fill_(1.0)
+
+
+def scales_strided(mn, kb, ld, dev, offset=0):
+    """[mn, kb] float32 with strides (1, ld) starting `offset` elements into its buffer."""
+    buf = torch.ones(offset + kb * ld + mn, device=dev)
+    return buf.as_strided((mn, kb), (1, ld), offset)
+
+
+def out_strided(shape, strides, dev):
+    numel = 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+    return torch.randn(numel, device=dev).as_strided(shape, strides)
+
+
+def out_rand(*shape, dev):
+    return torch.randn(*shape, device=dev)
+
+
+# Good inputs of every op; a case replaces some of them.
+K_DENSE = 144  # two scale blocks, the second partial
+KS_PACKED = [144, 0, 48]  # blocks per group 2 + 0 + 1 = 3, while ceil(192 / 128) = 2
+KS_CONTIG = [96, 0, 64]  # K_total = 160; capacity ceil(160/128) + 3 - 1 = 4
+
+
+def good_dense(dev):
+    return dict(a=fp8(M, K_DENSE, dev), sa=scales(M, 2, dev), b=fp8(N, K_DENSE, dev), sb=scales(N, 2, dev),
+                out=out_rand(M, N, dev=dev))
+
+
+def good_packed(dev):
+    k_total = sum(KS_PACKED)
+    return dict(a=fp8_flat(M * k_total, dev), sa=scales(M, 3, dev), b=fp8_flat(N * k_total, dev),
+                sb=scales(N, 3, dev), out=out_rand(3, M, N, dev=dev), ks=list(KS_PACKED))
+
+
+def good_contig(dev):
+    return dict(a=fp8(M, 160, dev), sa=scales(M, 4, dev), b=fp8(N, 160, dev), sb=scales(N, 4, dev),
+                out=out_rand(3, M, N, dev=dev), ks=torch.tensor(KS_CONTIG, dtype=torch.int32, device=dev))
+
+
+GOOD = {DENSE: good_dense, PACKED: good_packed, CONTIG: good_contig}
+ARG_ORDER = {
+    DENSE: ("a", "sa", "b", "sb", "out"),
+    PACKED: ("a", "sa", "b", "sb", "out", "ks"),
+    CONTIG: ("a", "sa", "b", "sb", "out", "ks"),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    # (device, good args) -> the arguments to replace
+    change: Callable[[str, Dict], Dict]
+    match: str  # regex that the message must contain (C++ and fake alike)
+    needs_data: bool = False  # depends on the values of the ks tensor: host-checked on the CPU only
+
+
+DENSE_CASES = [
+    Case("a_bf16", lambda d, g: dict(a=g["a"].to(torch.bfloat16)), r"a must be float8_e4m3fn, got"),
+    Case("a_e5m2", lambda d, g: dict(a=g["a"].to(torch.float8_e5m2)), r"a must be float8_e4m3fn, got"),
+    Case("b_float32", lambda d, g: dict(b=g["b"].float()), r"b must be float8_e4m3fn, got"),
+    Case("sa_bf16", lambda d, g: dict(sa=torch.ones(M, 2, dtype=torch.bfloat16, device=d)),
+         r"sa must be float32, got"),
+    Case("sb_float64", lambda d, g: dict(sb=torch.ones(N, 2, dtype=torch.float64, device=d)),
+         r"sb must be float32, got"),
+    Case("out_bf16", lambda d, g: dict(out=out_rand(M, N, dev=d).bfloat16()), r"out must be float32, got"),
+    Case("out_float64", lambda d, g: dict(out=out_rand(M, N, dev=d).double()), r"out must be float32, got"),
+    Case("a_3d", lambda d, g: dict(a=g["a"][None]), r"a must be 2-D \[M, K\], got 3-D"),
+    Case("b_1d", lambda d, g: dict(b=g["b"].reshape(-1)), r"b must be 2-D \[N, K\], got 1-D"),
+    Case("out_3d", lambda d, g: dict(out=g["out"][None]), r"out must be 2-D \[M, N\], got 3-D"),
+    Case("k_mismatch", lambda d, g: dict(b=fp8(N, 128, d)), r"b must have K = 144 columns like a, got 128"),
+    Case("k_not_multiple_of_16", lambda d, g: dict(a=fp8(M, 136, d), b=fp8(N, 136, d)),
+         r"K must be a multiple of 16.*got 136"),
+    Case("sa_too_few_blocks", lambda d, g: dict(sa=scales(M, 1, d)), r"sa must have shape \[33, 2\].*got"),
+    Case("sa_too_many_blocks", lambda d, g: dict(sa=scales(M, 3, d)), r"sa must have shape \[33, 2\].*got"),
+    Case("sa_rows_not_m", lambda d, g: dict(sa=scales(M + 1, 2, d)), r"sa must have shape \[33, 2\].*got"),
+    Case("sb_too_few_blocks", lambda d, g: dict(sb=scales(N, 1, d)), r"sb must have shape \[24, 2\].*got"),
+    Case("sb_rows_not_n", lambda d, g: dict(sb=scales(N - 1, 2, d)), r"sb must have shape \[24, 2\].*got"),
+    Case("sa_1d", lambda d, g: dict(sa=torch.ones(2 * M, device=d)), r"sa must (be 2-D|have shape) \[33, 2\]"),
+    Case("out_n_mismatch", lambda d, g: dict(out=out_rand(M, N + 1, dev=d)), r"out must end in \[33, 24\], got"),
+    Case("out_m_mismatch", lambda d, g: dict(out=out_rand(M - 1, N, dev=d)), r"out must end in \[33, 24\], got"),
+    Case("out_transposed_shape", lambda d, g: dict(out=out_rand(N, M, dev=d)), r"out must end in \[33, 24\], got"),
+    Case("a_not_k_contiguous", lambda d, g: dict(a=fp8(K_DENSE, M, d).t()), r"a must be K-contiguous"),
+    Case("b_not_k_contiguous", lambda d, g: dict(b=fp8(K_DENSE, N, d).t()), r"b must be K-contiguous"),
+    Case("a_row_stride_not_16", lambda d, g: dict(a=fp8(M, K_DENSE + 8, d)[:, :K_DENSE]),
+         r"a row stride must be a multiple of 16.*got 152"),
+    Case("b_row_stride_not_16", lambda d, g: dict(b=fp8(N, K_DENSE + 4, d)[:, :K_DENSE]),
+         r"b row stride must be a multiple of 16.*got 148"),
+    Case("a_row_stride_below_k", lambda d, g: dict(a=fp8_flat(M * K_DENSE, d).as_strided((M, K_DENSE), (128, 1))),
+         r"a row stride must be .*>= K.*got 128"),
+    Case("a_misaligned", lambda d, g: dict(a=at_offset((M, K_DENSE), FP8, 8, d)),
+         r"a data pointer must be 16-byte aligned.*storage offset 8"),
+    Case("b_misaligned", lambda d, g: dict(b=at_offset((N, K_DENSE), FP8, 1, d)),
+         r"b data pointer must be 16-byte aligned.*storage offset 1"),
+    Case("sa_k_major", lambda d, g: dict(sa=torch.ones(M, 2, device=d)), r"sa must be MN-major"),
+    Case("sb_k_major", lambda d, g: dict(sb=torch.ones(N, 2, device=d)), r"sb must be MN-major"),
+    Case("sa_ld_not_multiple_of_4", lambda d, g: dict(sa=scales_strided(M, 2, M, d)),
+         r"sa stride\(1\) must be a multiple of 4 and >= 33.*got 33"),
+    Case("sa_ld_below_m", lambda d, g: dict(sa=scales_strided(M, 2, 32, d)),
+         r"sa stride\(1\) must be a multiple of 4 and >= 33.*got 32"),
+    Case("sb_ld_not_multiple_of_4", lambda d, g: dict(sb=scales_strided(N, 2, 26, d)),
+         r"sb stride\(1\) must be a multiple of 4 and >= 24.*got 26"),
+    Case("sa_misaligned", lambda d, g: dict(sa=scales_strided(M, 2, 36, d, offset=2)),
+         r"sa data pointer must be 16-byte aligned.*storage offset 2"),
+    Case("sb_misaligned", lambda d, g: dict(sb=scales_strided(N, 2, 24, d, offset=1)),
+         r"sb data pointer must be 16-byte aligned.*storage offset 1"),
+    Case("out_column_major", lambda d, g: dict(out=out_rand(N, M, dev=d).t()), r"out must have stride\(-1\) == 1"),
+    Case("out_row_stride_not_multiple_of_4", lambda d, g: dict(out=out_strided((M, N), (26, 1), d)),
+         r"out stride\(0\) must be a multiple of 4.*got 26"),
+    Case("out_row_stride_below_n", lambda d, g: dict(out=out_strided((M, N), (20, 1), d)),
+         r"out row stride must be >= N = 24, got 20"),
+    Case("out_misaligned", lambda d, g: dict(out=at_offset((M, N), torch.float32, 1, d)),
+         r"out data pointer must be 16-byte aligned.*storage offset 1"),
+]
+
+PACKED_CASES = [
+    Case("ks_empty", lambda d, g: dict(ks=[]), r"ks must name at least one group"),
+    Case("out_2d", lambda d, g: dict(out=out_rand(M, N, dev=d)), r"out must be 3-D \[G, M, N\], got 2-D"),
+    Case("group_count_vs_out", lambda d, g: dict(ks=KS_PACKED + [0]),
+         r"out.shape\[0\] must equal the number of groups 4, got 3"),
+    Case("ks_negative", lambda d, g: dict(ks=[144, -16, 64]), r"ks\[1\] must be >= 0, got -16"),
+    Case("ks_not_multiple_of_16", lambda d, g: dict(ks=[136, 8, 48]), r"ks\[0\] must be a multiple of 16.*got 136"),
+    Case("a_numel_vs_sum", lambda d, g: dict(a=fp8_flat(M * 176, d)), r"a must hold 33 \* sum\(ks\) = 6336 elements, got 5808"),
+    Case("b_numel_vs_sum", lambda d, g: dict(b=fp8_flat(N * 208, d)), r"b must hold 24 \* sum\(ks\) = 4608 elements, got 4992"),
+    Case("sum_ks_vs_operands", lambda d, g: dict(ks=[144, 16, 48]), r"a must hold 33 \* sum\(ks\) = 6864 elements, got 6336"),
+    Case("a_bf16", lambda d, g: dict(a=g["a"].to(torch.bfloat16)), r"a must be float8_e4m3fn, got"),
+    Case("b_e5m2", lambda d, g: dict(b=g["b"].to(torch.float8_e5m2)), r"b must be float8_e4m3fn, got"),
+    Case("a_not_contiguous", lambda d, g: dict(a=fp8_flat(2 * M * 192, d)[::2]), r"a must be contiguous"),
+    Case("b_not_contiguous", lambda d, g: dict(b=fp8(192, N, d).t()), r"b must be contiguous"),
+    Case("a_misaligned", lambda d, g: dict(a=at_offset((M * 192,), FP8, 4, d)),
+         r"a data pointer must be 16-byte aligned.*storage offset 4"),
+    Case("b_misaligned", lambda d, g: dict(b=at_offset((N * 192,), FP8, 15, d)),
+         r"b data pointer must be 16-byte aligned.*storage offset 15"),
+    Case("sa_blocks_of_total_not_per_group", lambda d, g: dict(sa=scales(M, 2, d)),
+         r"sa must have shape \[33, 3\].*got"),
+    Case("sb_wrong_rows", lambda d, g: dict(sb=scales(N + 4, 3, d)), r"sb must have shape \[24, 3\].*got"),
+    Case("sa_k_major", lambda d, g: dict(sa=torch.ones(M, 3, device=d)), r"sa must be MN-major"),
+    Case("sb_ld_not_multiple_of_4", lambda d, g: dict(sb=scales_strided(N, 3, 30, d)),
+         r"sb stride\(1\) must be a multiple of 4 and >= 24.*got 30"),
+    Case("sb_float64", lambda d, g: dict(sb=torch.ones(N, 3, dtype=torch.float64, device=d)), r"sb must be float32, got"),
+    Case("out_bf16", lambda d, g: dict(out=out_rand(3, M, N, dev=d).bfloat16()), r"out must be float32, got"),
+    # In the grouped layouts out names M and N: a mismatch is reported on the operand that disagrees.
+    Case("out_n_vs_b", lambda d, g: dict(out=out_rand(3, M, N + 4, dev=d)),
+         r"b must hold 28 \* sum\(ks\) = 5376 elements, got 4608"),
+    Case("out_group_stride_not_multiple_of_4", lambda d, g: dict(out=out_strided((3, M, N), (M * N + 2, N, 1), d)),
+         r"out stride\(0\) must be a multiple of 4.*got 794"),
+    Case("out_row_stride_not_multiple_of_4", lambda d, g: dict(out=out_strided((3, M, N), (M * 28, 26, 1), d)),
+         r"out stride\(1\) must be a multiple of 4.*got 26"),
+    Case("out_not_n_contiguous", lambda d, g: dict(out=out_rand(3, N, M, dev=d).transpose(1, 2)),
+         r"out must have stride\(-1\) == 1"),
+    Case("out_misaligned", lambda d, g: dict(out=at_offset((3, M, N), torch.float32, 2, d)),
+         r"out data pointer must be 16-byte aligned.*storage offset 2"),
+]
+
+
+def _ks(values, d, dtype=torch.int32):
+    return torch.tensor(values, dtype=dtype, device=d)
+
+
+CONTIG_CASES = [
+    Case("ks_int64", lambda d, g: dict(ks=_ks(KS_CONTIG, d, torch.int64)), r"ks must be int32, got"),
+    Case("ks_float", lambda d, g: dict(ks=_ks(KS_CONTIG, d, torch.float32)), r"ks must be int32, got"),
+    Case("ks_2d", lambda d, g: dict(ks=_ks([KS_CONTIG], d)), r"ks must be 1-D \[G\], got 2-D"),
+    Case("ks_not_contiguous", lambda d, g: dict(ks=_ks([96, 7, 0, 7, 64, 7], d)[::2]), r"ks must be contiguous"),
+    Case("ks_empty", lambda d, g: dict(ks=_ks([], d)), r"ks must name at least one group"),
+    Case("group_count_vs_out", lambda d, g: dict(ks=_ks(KS_CONTIG + [0], d)),
+         r"out.shape\[0\] must equal the number of groups 4, got 3"),
+    Case("out_2d", lambda d, g: dict(out=out_rand(M, N, dev=d)), r"out must be 3-D \[G, M, N\], got 2-D"),
+    Case("a_bf16", lambda d, g: dict(a=g["a"].to(torch.bfloat16)), r"a must be float8_e4m3fn, got"),
+    Case("b_e5m2", lambda d, g: dict(b=g["b"].to(torch.float8_e5m2)), r"b must be float8_e4m3fn, got"),
+    Case("a_1d", lambda d, g: dict(a=g["a"].reshape(-1)), r"a must be 2-D \[M, K_total\], got 1-D"),
+    Case("b_3d", lambda d, g: dict(b=g["b"][None]), r"b must be 2-D \[N, K_total\], got 3-D"),
+    Case("k_total_mismatch", lambda d, g: dict(b=fp8(N, 176, d)), r"b must have K_total = 160 columns like a, got 176"),
+    Case("a_rows_vs_out", lambda d, g: dict(a=fp8(M + 1, 160, d)), r"a must have shape \[33, 160\], got"),
+    Case("b_rows_vs_out", lambda d, g: dict(b=fp8(N + 1, 160, d)), r"b must have shape \[24, 160\], got"),
+    Case("a_not_k_contiguous", lambda d, g: dict(a=fp8(160, M, d).t()), r"a must be K-contiguous"),
+    Case("a_row_stride_not_16", lambda d, g: dict(a=fp8(M, 168, d)[:, :160]),
+         r"a row stride must be a multiple of 16.*got 168"),
+    Case("b_misaligned", lambda d, g: dict(b=at_offset((N, 160), FP8, 3, d)),
+         r"b data pointer must be 16-byte aligned.*storage offset 3"),
+    Case("sa_capacity", lambda d, g: dict(sa=scales(M, 3, d)), r"sa must be \[33, >= 4\].*got"),
+    Case("sb_capacity_of_dense", lambda d, g: dict(sb=scales(N, 2, d)), r"sb must be \[24, >= 4\].*got"),
+    Case("sb_1d", lambda d, g: dict(sb=torch.ones(4 * N, device=d)), r"sb must be \[24, >= 4\].*got"),
+    Case("sa_rows_not_m", lambda d, g: dict(sa=scales(M + 1, 4, d)), r"sa must have shape \[33, 4\].*got"),
+    Case("sa_k_major", lambda d, g: dict(sa=torch.ones(M, 4, device=d)), r"sa must be MN-major"),
+    Case("sa_ld_below_m", lambda d, g: dict(sa=scales_strided(M, 4, 32, d)),
+         r"sa stride\(1\) must be a multiple of 4 and >= 33.*got 32"),
+    Case("sb_float64", lambda d, g: dict(sb=torch.ones(N, 4, dtype=torch.float64, device=d)), r"sb must be float32, got"),
+    Case("out_float64", lambda d, g: dict(out=out_rand(3, M, N, dev=d).double()), r"out must be float32, got"),
+    Case("out_m_vs_a", lambda d, g: dict(out=out_rand(3, M + 1, N, dev=d)), r"a must have shape \[34, 160\], got \[33, 160\]"),
+    Case("out_group_stride_not_multiple_of_4", lambda d, g: dict(out=out_strided((3, M, N), (M * N + 1, N, 1), d)),
+         r"out stride\(0\) must be a multiple of 4.*got 793"),
+    Case("out_misaligned", lambda d, g: dict(out=at_offset((3, M, N), torch.float32, 1, d)),
+         r"out data pointer must be 16-byte aligned.*storage offset 1"),
+    Case("ks_negative", lambda d, g: dict(ks=_ks([96, -4, 68], d)), r"ks\[1\] must be >= 0, got -4", needs_data=True),
+    Case("ks_not_multiple_of_16", lambda d, g: dict(ks=_ks([100, 0, 60], d)),
+         r"ks\[0\] must be a multiple of 16 \(TMA needs 16-byte aligned group offsets\), got 100", needs_data=True),
+    Case("ks_sum_below_k_total", lambda d, g: dict(ks=_ks([96, 0, 48], d)),
+         r"sum\(ks\) must equal K_total = 160, got 144", needs_data=True),
+    Case("ks_sum_above_k_total", lambda d, g: dict(ks=_ks([96, 16, 64], d)),
+         r"sum\(ks\) must equal K_total = 160, got 176", needs_data=True),
+]
+
+CASES = {DENSE: DENSE_CASES, PACKED: PACKED_CASES, CONTIG: CONTIG_CASES}
+SHORT = {DENSE: "dense", PACKED: "packed", CONTIG: "contig"}
+
+
+def _params():
+    for op, cases in CASES.items():
+        for case in cases:
+            ident = f"{SHORT[op]}-{case.name}"
+            yield pytest.param(op, case, "cpu", id=f"{ident}-cpu")
+            if not case.needs_data:
+                yield pytest.param(op, case, "meta", id=f"{ident}-meta")
+                yield cuda_param(op, case, "cuda", id=f"{ident}-cuda")
+
+
+def call(op, args):
+    return getattr(torch.ops.wgrad, op)(*(args[name] for name in ARG_ORDER[op]))
+
+
+@pytest.mark.parametrize("op, case, device", list(_params()))
+def test_bad_input_rejected_and_out_untouched(op, case, device):
+    args = GOOD[op](device)
+    args.update(case.change(device, args))
+    out = args["out"]
+    before = None if device == "meta" else bits(out)
+    with pytest.raises(RuntimeError, match=case.match):
+        call(op, args)
+    if before is not None:
+        assert torch.equal(bits(out), before), "a rejected call wrote to out"
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta", cuda_param("cuda", id="cuda")])
+@pytest.mark.parametrize("op", list(CASES))
+def test_good_inputs_accepted(op, device):
+    """The inputs every case starts from are valid, so each case fails for the one reason it names."""
+    call(op, GOOD[op](device))
+
+
+# Arguments a device mismatch can be put on, per op.
+TENSOR_ARGS = {DENSE: ("a", "sa", "b", "sb"), PACKED: ("a", "sa", "b", "sb"), CONTIG: ("a", "sa", "b", "sb", "ks")}
+
+
+def _device_params():
+    for op, names in TENSOR_ARGS.items():
+        for name in names:
+            # meta: out on meta and one argument on the CPU reaches the fake kernel (Meta wins dispatch).
+            yield pytest.param(op, name, "meta", "cpu", id=f"{SHORT[op]}-{name}-cpu-vs-meta-out")
+            yield pytest.param(op, name, "cpu", "meta", id=f"{SHORT[op]}-{name}-meta-vs-cpu-out")
+            yield cuda_param(op, name, "cuda", "cpu", id=f"{SHORT[op]}-{name}-cpu-vs-cuda-out")
+
+
+@pytest.mark.parametrize("op, name, out_device, arg_device", list(_device_params()))
+def test_device_mismatch_rejected(op, name, out_device, arg_device):
+    args = GOOD[op](out_device)
+    args[name] = GOOD[op](arg_device)[name]
+    out = args["out"]
+    before = None if out_device == "meta" else bits(out)
+    with pytest.raises(RuntimeError, match=rf"{name} must be on {out_device}(:\d+)? like out, got {arg_device}"):
+        call(op, args)
+    if before is not None:
+        assert torch.equal(bits(out), before)
+
+
+@pytest.mark.parametrize("case", [cuda_param(c, id=c.name) for c in CONTIG_CASES if c.needs_data])
+def test_cuda_invalid_device_sizes_leave_out_untouched(case):
+    """Sizes that only the kernel can read: no error, no host synchronisation, out bitwise as it was."""
+    args = GOOD[CONTIG]("cuda")
+    args.update(case.change("cuda", args))
+    out = args["out"]
+    before = bits(out)
+    call(CONTIG, args)
+    torch.cuda.synchronize()
+    assert torch.equal(bits(out), before)
