@@ -24,8 +24,19 @@ void set_scale_and_out_descs(const char* op, GemmParamsSm90<kMode>& p, const at:
   const int64_t g = out.dim() == 3 ? out.size(0) : 1;
   check_desc(op, "sa", make_scale_desc(&p.tma_sa, sa.const_data_ptr<float>(), m, sa.size(1), sa.stride(1), kBlockM));
   check_desc(op, "sb", make_scale_desc(&p.tma_sb, sb.const_data_ptr<float>(), n, sb.size(1), sb.stride(1), block_n));
-  check_desc(op, "out", make_out_desc(&p.tma_out, out.data_ptr<float>(), g, m, n, out.stride(-2),
-                                      out.dim() == 3 ? out.stride(0) : 0, block_n));
+  // The TMA reduce-add writes whole 16-byte chunks: it covers the columns [0, N & ~3) only and the
+  // kernel's threads add the rest (epilogue_sm90.cuh).
+  TORCH_CHECK(m <= INT32_MAX && n <= INT32_MAX, op, ": M and N must fit TMA's 32-bit coordinates, got ", m, " and ", n);
+  const int64_t tma_cols = n & ~int64_t{3};
+  if (tma_cols > 0) {
+    check_desc(op, "out", make_out_desc(&p.tma_out, out.data_ptr<float>(), g, m, tma_cols, out.stride(-2),
+                                        out.dim() == 3 ? out.stride(0) : 0, block_n));
+  }
+  p.out = out.data_ptr<float>();
+  p.out_ld = m > 1 ? out.stride(-2) : 0;
+  p.out_group_stride = g > 1 ? out.stride(0) : 0;
+  p.m = static_cast<int>(m);
+  p.n = static_cast<int>(n);
 }
 
 template <GroupMode kMode>

@@ -69,18 +69,22 @@ cudaError_t launch_gemm_sm90_bn(const GemmParamsSm90<kMode>& p, int num_sms, cud
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
-  config.numAttrs = 1;
+  config.numAttrs = kClusterSize > 1 ? 1 : 0;  // no cluster launch for a cluster of one
   config.blockDim = dim3(kNumThreads, 1, 1);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
 
   // Persistent: as many clusters as can be resident at once (a GPC may leave an SM unpaired), and
   // never more than there are cluster tiles.
-  static int max_clusters = -1;  // per kernel instance; one device kind per process is assumed
-  if (max_clusters < 0) {
-    config.gridDim = dim3(kClusterSize * (num_sms / kClusterSize), 1, 1);
-    err = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &config);
-    if (err != cudaSuccess || max_clusters <= 0) max_clusters = num_sms / kClusterSize;
+  int max_clusters = num_sms;
+  if constexpr (kClusterSize > 1) {
+    static int resident = -1;  // per kernel instance; one device kind per process is assumed
+    if (resident < 0) {
+      config.gridDim = dim3(kClusterSize * (num_sms / kClusterSize), 1, 1);
+      err = cudaOccupancyMaxActiveClusters(&resident, kernel, &config);
+      if (err != cudaSuccess || resident <= 0) resident = num_sms / kClusterSize;
+    }
+    max_clusters = resident;
   }
   const int64_t tiles = p.scheduler.total_cluster_tiles();
   const int clusters = static_cast<int>(tiles < max_clusters ? tiles : max_clusters);

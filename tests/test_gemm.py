@@ -251,13 +251,28 @@ SEED_SHAPES = [
 ]
 
 
+# The relative Frobenius bar is a statement about a whole matrix: on a handful of outputs one
+# cancelling sum dominates it (seen: 6.3e-4 at 1 x 8 x 144, where the FP8 tensor cores' narrower-than-fp32
+# accumulation between promotions is the whole error). Below this many outputs every element is held
+# to the accumulation-error bound instead: |out - ref| <= GPU_ABS_REL_TOL * sum_k |a_k sa| |b_k sb|,
+# which any wrong block, scale or index breaks by orders of magnitude.
+FROBENIUS_MIN_OUTPUTS = 1024
+GPU_ABS_REL_TOL = 1e-3  # ~8 units of the tensor cores' 2^-13 accumulation step; a missing 16-column block is ~1e-1
+
+
 def _gpu_check_accuracy(m, n, k, seed):
     op = make_dense(m, n, k, device="cuda", seed=seed)
     out = new_out(m, n, device="cuda")
     OP(*op.args(), out)
     ref = reference.wgrad_gemm_reference(*op.args())
-    err = rel_frobenius(out, ref)
-    assert err <= GPU_REL_TOL, f"rel. Frobenius error {err:.3e} at M={m} N={n} K={k}"
+    if m * n >= FROBENIUS_MIN_OUTPUTS or k == 0:
+        err = rel_frobenius(out, ref)
+        assert err <= GPU_REL_TOL, f"rel. Frobenius error {err:.3e} at M={m} N={n} K={k}"
+    else:
+        a, sa, b, sb = op.args()
+        magnitude = reference.wgrad_gemm_reference(a.float().abs().to(a.dtype), sa.abs(), b.float().abs().to(b.dtype), sb.abs())
+        worst = ((out.double() - ref).abs() / magnitude.clamp_min(1e-300)).max().item()
+        assert worst <= GPU_ABS_REL_TOL, f"elementwise error / magnitude {worst:.3e} at M={m} N={n} K={k}"
 
 
 @pytest.mark.parametrize("k", GPU_K)

@@ -5,6 +5,11 @@
 // store clips rows/columns outside the M x N window (partial tiles, strided views), and it runs
 // asynchronously while the warpgroup starts the next tile's mainloop. The buffer is reused only after
 // the previous store has finished reading it.
+//
+// The reduce-add works on 16-byte chunks of a row: a chunk that is only partly inside out would have
+// its outside elements rewritten (x + 0: NaN payloads and -0.0 change). So the TMA covers the columns
+// [0, N & ~3) and the 1-3 columns of a ragged right edge are added by the threads that own them, with
+// plain global loads and stores (each element has one owner: no atomics, deterministic).
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -27,10 +32,19 @@ struct EpilogueSm90 {
     alignas(128) float out[2][kRowsPerWarpgroup * kBlockN];  // (64,BLK_N) row-major per warpgroup
   };
 
+  // Where out lives, for the ragged right edge (columns [tma_cols, n)).
+  struct OutView {
+    float* ptr;
+    int64_t ld;            // row stride (elements)
+    int64_t group_stride;  // stride between groups (elements)
+    int m, n;
+    int tma_cols;          // n & ~3: the columns the TMA store covers
+  };
+
   // Fragment layout as documented in MainloopSm90::mma_tile.
   template <class Accum>
-  __device__ static void store(const CUtensorMap* tma_out, SharedStorage& smem, const Accum& acc,
-                               const TileCoord& c, int consumer_tid) {
+  __device__ static void store(const CUtensorMap* tma_out, const OutView& out, SharedStorage& smem,
+                               const Accum& acc, const TileCoord& c, int consumer_tid) {
     const int wg = consumer_tid / 128;
     const int wg_tid = consumer_tid % 128;
     const int warp = wg_tid / 32;
@@ -52,10 +66,24 @@ struct EpilogueSm90 {
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes, read next by the TMA unit
     cutlass::arch::NamedBarrier::sync(128, barrier);
 
-    if (wg_tid == 0) {
-      cute::SM90_TMA_REDUCE_ADD_3D::copy(tma_out, buf, c.n_block * kBlockN,
-                                         c.m_block * kBlockM + wg * kRowsPerWarpgroup, c.group);
+    const int n0 = c.n_block * kBlockN;
+    const int m0 = c.m_block * kBlockM + wg * kRowsPerWarpgroup;
+    if (wg_tid == 0 && n0 < out.tma_cols) {
+      cute::SM90_TMA_REDUCE_ADD_3D::copy(tma_out, buf, n0, m0, c.group);
       cute::tma_store_arrive();
+    }
+    if (n0 + kBlockN > out.tma_cols && out.tma_cols < out.n) store_ragged_edge(out, acc, c.group, m0 + r, n0 + c0);
+  }
+
+  // Columns [tma_cols, n) of this thread's rows: at most 3 columns, in the last column tile only.
+  template <class Accum>
+  __device__ static void store_ragged_edge(const OutView& out, const Accum& acc, int group, int row, int col0) {
+    float* base = out.ptr + group * out.group_stride;
+    CUTE_UNROLL
+    for (int v = 0; v < kBlockN / 2; ++v) {
+      const int col = col0 + 8 * (v / 4) + v % 2;
+      const int r = row + 8 * ((v / 2) % 2);
+      if (col >= out.tma_cols && col < out.n && r < out.m) base[r * out.ld + col] += acc(v);
     }
   }
 

@@ -24,13 +24,19 @@ struct GemmParamsSm90 {
   CUtensorMap tma_b;    // fp8 [rows N, K], box 128 x BLOCK_N
   CUtensorMap tma_sa;   // fp32 [M, KB] MN-major, box 128 x 1
   CUtensorMap tma_sb;   // fp32 [N, KB] MN-major, box BLOCK_N x 1
-  CUtensorMap tma_out;  // fp32 [G, M, N], box BLOCK_N x 64 x 1, reduce-add
+  CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N x 64 x 1, reduce-add (unused when N < 4)
   const CUtensorMap* group_tma_a = nullptr;  // Packed: one A and one B descriptor per group
   const CUtensorMap* group_tma_b = nullptr;
   const int* group_k = nullptr;        // Packed: K_g; Contiguous: the user's int32 sizes
   const int* group_kb_base = nullptr;  // Packed: first scale column of each group
   int k = 0;                           // Dense: K; Contiguous: K_total
   PersistentTileScheduler scheduler{};
+  // out itself, for the columns past N & ~3 that the TMA store leaves to the threads.
+  float* out = nullptr;
+  int64_t out_ld = 0;
+  int64_t out_group_stride = 0;
+  int m = 0;
+  int n = 0;
 };
 
 // Register budgets (setmaxnreg): 56 x 128 + 224 x 256 = 64512 <= 65536 registers of an SM. The
@@ -72,6 +78,15 @@ __device__ bool group_sizes_valid(const Params& p) {
   }
 }
 
+__device__ inline void cluster_or_cta_sync() {
+  if constexpr (kClusterSize > 1) {
+    cute::cluster_arrive_relaxed();
+    cute::cluster_wait();
+  } else {
+    __syncthreads();
+  }
+}
+
 template <int kBlockN, int kStages, class Params>
 __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -103,12 +118,11 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   pipeline_params.role = producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pipeline_params.is_leader = threadIdx.x == 0;
   pipeline_params.num_consumers = Mainloop::kNumConsumerThreads;
-  // The two CTAs of a cluster consume each other's multicast A halves: every consumer warpgroup
-  // releases a stage to both producers (CUTLASS's PipelineTmaAsync does this for a 2 x 1 cluster).
+  // The CTAs of a cluster consume each other's multicast A slices: every consumer warpgroup releases
+  // a stage to every producer of the cluster (CUTLASS's PipelineTmaAsync does this for an N x 1 cluster).
   Pipeline pipeline(smem.mainloop.pipeline, pipeline_params, Shape<Int<kClusterSize>, _1, _1>{});
-  // Both CTAs' barriers are initialised before either multicasts into the other.
-  cute::cluster_arrive_relaxed();
-  cute::cluster_wait();
+  // Every CTA's barriers are initialised before any multicasts into it.
+  cluster_or_cta_sync();
   const int rank = static_cast<int>(cute::block_rank_in_cluster());
   const int cluster_id = blockIdx.x / kClusterSize;
   const int num_clusters = gridDim.x / kClusterSize;
@@ -133,17 +147,17 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
     Tensor acc = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});      // (MMA,MMA_M,MMA_N)
     Tensor scratch = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA,MMA_M,MMA_N)
     typename Mainloop::PipelineState state;
+    const typename Epilogue::OutView out_view{p.out, p.out_ld, p.out_group_stride, p.m, p.n, p.n & ~3};
     for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
       const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
       if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
       Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch, consumer_tid);
-      Epilogue::store(&p.tma_out, smem.epilogue, acc, w.coord, consumer_tid);
+      Epilogue::store(&p.tma_out, out_view, smem.epilogue, acc, w.coord, consumer_tid);
     }
     Epilogue::drain(consumer_tid);
   }
-  // No CTA leaves while its peer may still multicast into its smem or signal its barriers.
-  cute::cluster_arrive_relaxed();
-  cute::cluster_wait();
+  // No CTA leaves while a peer may still multicast into its smem or signal its barriers.
+  if constexpr (kClusterSize > 1) cluster_or_cta_sync();
 #endif
 }
 

@@ -50,10 +50,10 @@ struct MainloopSm90 {
       static_cast<uint32_t>(sizeof(Element) * (kBlockM + kBlockN) * kBlockK + sizeof(float) * (kBlockM + kBlockN));
 
   // ---- producer: one elected thread ----------------------------------------------------------------
-  // The A tile is shared by the cluster's two CTAs (same m block): CTA `rank` loads rows
-  // [64 rank, 64 rank + 64) and multicasts them into both CTAs' smem, halving A's L2 traffic.
-  static constexpr int kRowsPerHalfA = kBlockM / 2;
-  static constexpr uint16_t kClusterMask = 0b11;
+  // With a cluster the A tile is shared by its CTAs (same m block): CTA `rank` loads rows
+  // [rank * kRowsA, (rank + 1) * kRowsA) and multicasts them into every CTA's smem.
+  static constexpr int kRowsA = kBlockM / kClusterN;
+  static constexpr uint16_t kClusterMask = (1u << kClusterN) - 1;
 
   template <class Params>
   __device__ static void load_tile(const Params& p, Pipeline& pipeline, PipelineState& state,
@@ -73,9 +73,13 @@ struct MainloopSm90 {
       const int stage = state.index();
       const int k0 = w.k_col + kb * kBlockK;
       const int scale_col = w.k_block_base + kb;
-      cute::SM90_TMA_LOAD_MULTICAST_2D::copy(desc_a, bar, kClusterMask, kEvictNormal,
-                                             smem.a + stage * kBlockM * kBlockK + rank * kRowsPerHalfA * kBlockK, k0,
-                                             m0 + rank * kRowsPerHalfA);
+      if constexpr (kClusterN == 1) {
+        cute::SM90_TMA_LOAD_2D::copy(desc_a, bar, kEvictNormal, smem.a + stage * kBlockM * kBlockK, k0, m0);
+      } else {
+        cute::SM90_TMA_LOAD_MULTICAST_2D::copy(desc_a, bar, kClusterMask, kEvictNormal,
+                                               smem.a + stage * kBlockM * kBlockK + rank * kRowsA * kBlockK, k0,
+                                               m0 + rank * kRowsA);
+      }
       cute::SM90_TMA_LOAD_2D::copy(desc_b, bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k0, n0);
       cute::SM90_TMA_LOAD_2D::copy(&p.tma_sa, bar, kEvictNormal, smem.sa[stage], m0, scale_col);
       cute::SM90_TMA_LOAD_2D::copy(&p.tma_sb, bar, kEvictNormal, smem.sb[stage], n0, scale_col);

@@ -37,8 +37,10 @@ constexpr int stages_for(int block_n) {
 // (A-tile loads, scale loads and promotion bookkeeping that do not shrink with N), in units of columns.
 constexpr int64_t kTileFixedCostColumns = 24;
 
-// CTAs of a cluster take adjacent n blocks of one m block (they share the A tile by multicast).
-constexpr int kClusterN = 2;
+// CTAs of a cluster take adjacent n blocks of one m block and share the A tile by TMA multicast.
+// 1 = no cluster. 2 was measured slower on the seed shapes (docs/perf-notes.md, v2): the two CTAs'
+// pipelines run in lockstep and an odd number of n blocks leaves a phantom tile.
+constexpr int kClusterN = 1;
 
 // Picks BLOCK_N for an M x N output repeated `batches` times (the groups of a k-grouped GEMM), run
 // persistently on `num_sms` SMs in clusters of kClusterN: minimises (waves, rounded up) x per-tile

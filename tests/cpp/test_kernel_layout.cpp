@@ -75,6 +75,7 @@ TEST(TileConfig, SelectionAvoidsRaggedLastWaves) {
 }
 
 TEST(TileScheduler, EnumeratesEveryTileOnce) {
+  constexpr int kC = wgrad::PersistentTileScheduler::kClusterN;
   for (int tiles_m : {1, 3, 8, 9, 56})
     for (int tiles_n : {1, 5, 27, 28})
       for (int groups : {1, 3}) {
@@ -82,17 +83,17 @@ TEST(TileScheduler, EnumeratesEveryTileOnce) {
         std::set<std::tuple<int, int, int>> seen;
         int phantoms = 0;
         for (int64_t t = 0; t < s.total_cluster_tiles(); ++t) {
-          const auto c0 = s.coord(t, 0);
-          const auto c1 = s.coord(t, 1);
-          // A cluster's two CTAs share the m block (A multicast) and take adjacent n blocks.
-          ASSERT_EQ(c0.m_block, c1.m_block);
-          ASSERT_EQ(c0.group, c1.group);
-          ASSERT_EQ(c1.n_block, c0.n_block + 1);
-          ASSERT_EQ(c0.n_block % 2, 0);
-          for (const auto& c : {c0, c1}) {
+          const auto first = s.coord(t, 0);
+          ASSERT_EQ(first.n_block % kC, 0);
+          for (int rank = 0; rank < kC; ++rank) {
+            const auto c = s.coord(t, rank);
+            // A cluster's CTAs share the m block and group (A multicast) and take adjacent n blocks.
+            ASSERT_EQ(c.m_block, first.m_block);
+            ASSERT_EQ(c.group, first.group);
+            ASSERT_EQ(c.n_block, first.n_block + rank);
             ASSERT_GE(c.m_block, 0);
             ASSERT_LT(c.m_block, tiles_m);
-            ASSERT_EQ(c.group, t / (int64_t(tiles_m) * ((tiles_n + 1) / 2)));
+            ASSERT_EQ(c.group, t / (int64_t(tiles_m) * ((tiles_n + kC - 1) / kC)));
             if (c.n_block >= tiles_n) {
               ++phantoms;  // past N: computed on zero-filled B, store clipped
               continue;
@@ -101,25 +102,26 @@ TEST(TileScheduler, EnumeratesEveryTileOnce) {
           }
         }
         EXPECT_EQ(int64_t(seen.size()), int64_t(tiles_m) * tiles_n * groups);
-        EXPECT_EQ(phantoms, tiles_n % 2 == 1 ? tiles_m * groups : 0);
+        EXPECT_EQ(phantoms, ((kC - tiles_n % kC) % kC) * tiles_m * groups);
       }
 }
 
 TEST(TileScheduler, ConsecutiveClusterTilesWalkABandOfRowBlocks) {
-  wgrad::PersistentTileScheduler s{20, 10, 1};
-  // The first band is 8 row blocks tall: cluster tiles 0..7 share n blocks {0, 1}, tile 8 moves right.
+  constexpr int kC = wgrad::PersistentTileScheduler::kClusterN;
+  wgrad::PersistentTileScheduler s{20, 10 * kC, 1};
+  // The first band is 8 row blocks tall: cluster tiles 0..7 share their n blocks, tile 8 moves right.
   for (int t = 0; t < 8; ++t) {
     EXPECT_EQ(s.coord(t, 0).m_block, t);
     EXPECT_EQ(s.coord(t, 0).n_block, 0);
-    EXPECT_EQ(s.coord(t, 1).n_block, 1);
+    EXPECT_EQ(s.coord(t, kC - 1).n_block, kC - 1);
   }
   EXPECT_EQ(s.coord(8, 0).m_block, 0);
-  EXPECT_EQ(s.coord(8, 0).n_block, 2);
+  EXPECT_EQ(s.coord(8, 0).n_block, kC);
   // The last band holds the remaining 4 row blocks.
-  const int64_t last_band_start = 2 * 8 * 5;
+  const int64_t last_band_start = 2 * 8 * 10;
   EXPECT_EQ(s.coord(last_band_start, 0).m_block, 16);
   EXPECT_EQ(s.coord(last_band_start + 4, 0).m_block, 16);
-  EXPECT_EQ(s.coord(last_band_start + 4, 0).n_block, 2);
+  EXPECT_EQ(s.coord(last_band_start + 4, 0).n_block, kC);
 }
 
 }  // namespace
