@@ -1,9 +1,16 @@
-// \brief Host entry of the k-grouped SM90 wgrad GEMM, packed layout (one persistent launch for all groups).
+// \brief Host entry of the k-grouped SM90 wgrad GEMM, packed layout.
 //
-// Every group's A/B block is its own row-major [rows, K_g] matrix, so each group gets its own pair of
-// TMA descriptors, built here on the host and copied (stream-ordered, no host sync) into device memory
-// next to the per-group K and first scale column. The kernel never writes a descriptor, so it needs
-// no tensormap fences.
+// Every group's A/B block is its own row-major [rows, K_g] matrix, so a single persistent launch needs
+// one pair of TMA descriptors per group: they are built here on the host and copied (stream-ordered,
+// no host sync) into device memory next to the per-group K and first scale column, and the producer
+// acquires each into the tensormap proxy before its first use.
+//
+// That single launch is OFF by default: on the H200 it passed every test but gave intermittently wrong
+// results in the benchmark at 2048 x 7168 (4 and 8 groups, BLOCK_N 160; errors 3e-4..1.3e-3 varying
+// between runs), cause not yet found (docs/perf-notes.md). Until it is, the default runs the dense
+// kernel once per non-empty group (K_g launches, each correct). WGRAD_PACKED_SINGLE_LAUNCH=1 selects
+// the single launch for debugging it.
+#include <cstdlib>
 #include <cstring>
 
 #include "gemm_common.h"
@@ -23,6 +30,29 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Te
   if (m == 0 || n == 0 || non_empty == 0) return;
   TORCH_CHECK(groups <= INT32_MAX, op, ": too many groups: ", groups);
   const c10::cuda::CUDAGuard guard(out.device());
+
+  static const bool single_launch = [] {
+    const char* v = std::getenv("WGRAD_PACKED_SINGLE_LAUNCH");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  if (!single_launch) {
+    const at::Tensor a_flat = a.reshape({-1}), b_flat = b.reshape({-1});  // contiguous: views
+    int64_t k_offset = 0, kb_offset = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t kg = ks[g], kb = ceil_div(kg, kScaleBlockK);
+      if (kg > 0) {
+        wgrad_gemm_fp8_fp8_fp32_nt_cuda(a_flat.narrow(0, m * k_offset, m * kg).view({m, kg}),
+                                        sa.narrow(1, kb_offset, kb),
+                                        b_flat.narrow(0, n * k_offset, n * kg).view({n, kg}),
+                                        sb.narrow(1, kb_offset, kb),
+                                        out.select(0, g));
+      }
+      k_offset += kg;
+      kb_offset += kb;
+    }
+    return;
+  }
+
   const int block_n = select_block_n(m, n, non_empty, num_sms_of(out));
 
   // One pinned buffer: 2G descriptors (A then B), then K_g and the first scale column per group.

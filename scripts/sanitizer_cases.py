@@ -22,10 +22,10 @@ def main():
     dev = "cuda"
     for m, n, k in ((129, 100, 144), (33, 257, 1008), (256, 304, 256)):
         a, b = operand(m, k, dev), operand(n, k, dev)
-        big = torch.zeros(m, n + 12, device=dev)
+        big = torch.zeros(m, (n + 3) // 4 * 4 + 8, device=dev)  # 16-byte rows, a strided window
         out = big[:, 4 : 4 + n]
         wgrad.wgrad_gemm_fp8_fp8_fp32_nt((a, scales(m, num_k_blocks(k), dev)), (b, scales(n, num_k_blocks(k), dev)), out)
-    m, n, ks = 130, 150, [16, 0, 100, 1008]
+    m, n, ks = 130, 150, [16, 0, 112, 1008]  # contiguous-K sizes: multiples of 16
     kt = sum(ks)
     a, b = operand(m, kt, dev), operand(n, kt, dev)
     # contiguous-K operands need 16-element row strides
@@ -34,7 +34,7 @@ def main():
     a16.copy_(a)
     b16.copy_(b)
     cap = k_block_capacity(kt, len(ks))
-    out = torch.zeros(len(ks), m, n, device=dev)
+    out = torch.zeros(len(ks), m, (n + 3) // 4 * 4, device=dev)[..., :n]  # 16-byte rows
     wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
         (a16, scales(m, cap, dev)), (b16, scales(n, cap, dev)), out, torch.tensor(ks, dtype=torch.int32, device=dev))
     ks = [16, 0, 112, 1008]

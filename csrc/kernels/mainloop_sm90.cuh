@@ -55,6 +55,11 @@ struct MainloopSm90 {
   static constexpr int kRowsA = kBlockM / kClusterN;
   static constexpr uint16_t kClusterMask = (1u << kClusterN) - 1;
 
+  __device__ static void tensormap_fence_acquire(const CUtensorMap* desc) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(reinterpret_cast<uint64_t>(desc))
+                 : "memory");
+  }
+
   template <class Params>
   __device__ static void load_tile(const Params& p, Pipeline& pipeline, PipelineState& state,
                                    SharedStorage& smem, const WorkTile& w, int rank) {
@@ -63,6 +68,12 @@ struct MainloopSm90 {
     if constexpr (Params::kMode == GroupMode::Packed) {
       desc_a = p.group_tma_a + w.coord.group;
       desc_b = p.group_tma_b + w.coord.group;
+      // The host copied these descriptors into memory the caching allocator may have held other
+      // descriptors in before: the TMA unit can still cache those. Acquire the generic-proxy writes
+      // into the tensormap proxy before the first use (seen without it: wrong groups' data, 3e-4..7e-4
+      // errors, varying between runs).
+      tensormap_fence_acquire(desc_a);
+      tensormap_fence_acquire(desc_b);
     }
     const int m0 = w.coord.m_block * kBlockM;
     const int n0 = w.coord.n_block * kBlockN;
