@@ -79,8 +79,10 @@ TORCH_LIBRARY(wgrad, m) {
   m.def("_check_quantize_fp8_1x128_segments(Tensor x, Tensor sizes) -> ()");
 }
 
-// The checks run on any backend that holds real data.
-TORCH_LIBRARY_IMPL(wgrad, CPU, m) {
+namespace {
+
+// The checks run on every backend that holds real data.
+void register_checks(torch::Library& m) {
   m.impl("_check_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::check_wgrad_gemm_fp8_fp8_fp32_nt);
   m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt);
   m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
@@ -89,13 +91,12 @@ TORCH_LIBRARY_IMPL(wgrad, CPU, m) {
   m.impl("_check_quantize_fp8_1x128_segments", &wgrad::check_quantize_fp8_1x128_segments);
 }
 
+}  // namespace
+
+TORCH_LIBRARY_IMPL(wgrad, CPU, m) { register_checks(m); }
+
 TORCH_LIBRARY_IMPL(wgrad, CUDA, m) {
-  m.impl("_check_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::check_wgrad_gemm_fp8_fp8_fp32_nt);
-  m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt);
-  m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
-         &wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous);
-  m.impl("_check_quantize_fp8_1x128", &wgrad::check_quantize_fp8_1x128);
-  m.impl("_check_quantize_fp8_1x128_segments", &wgrad::check_quantize_fp8_1x128_segments);
+  register_checks(m);
 
   m.impl("wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::wgrad_gemm_fp8_fp8_fp32_nt_cuda);
   m.impl("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda);

@@ -16,12 +16,13 @@ struct TileCoord {
 };
 
 // The unit of scheduling is a cluster tile: kClusterN output tiles side by side along N that share
-// one m block (the two CTAs of a cluster each load half of the A tile and multicast it to both).
-// Cluster tiles are numbered group-major (every group of a k-grouped GEMM has the same M x N tiles,
-// only K differs); inside a group they are rasterised in bands of kBandM row blocks: consecutive
-// cluster tiles walk the band's row blocks first, then move right. The ~66 cluster tiles in flight
-// at once then share few A and B panels in L2. When N has an odd number of tiles, the last cluster
-// tile's second half lies past N: that CTA computes on zero-filled B and its store is clipped away.
+// one m block (with kClusterN > 1 each CTA of a cluster loads a slice of the A tile and multicasts it
+// to the others; with 1, a cluster tile is one output tile). Cluster tiles are numbered group-major
+// (every group of a k-grouped GEMM has the same M x N tiles, only K differs); inside a group they are
+// rasterised in bands of kBandM row blocks: consecutive cluster tiles walk the band's row blocks
+// first, then move right, so the tiles in flight at once share few A and B panels in L2. When the
+// number of n blocks is not a multiple of kClusterN, the last cluster tile's trailing CTAs lie past N:
+// they compute on zero-filled B and their stores are clipped away.
 struct PersistentTileScheduler {
   static constexpr int kBandM = 8;
   static constexpr int kClusterN = ::wgrad::kClusterN;
