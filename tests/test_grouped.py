@@ -406,3 +406,17 @@ def test_gpu_64bit_offsets(dummy):
     dense_out = new_out(m, n, device="cuda")
     torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt(op.a, op.sa[:, :kb], op.b, op.sb[:, :kb], dense_out)
     assert rel_frobenius(dense_out, refs[0] + refs[1]) <= GPU_REL_TOL
+
+
+@pytest.mark.parametrize("sizes, k_total, message", [
+    ([16, -16, 32], 32, r"group_sizes\[1\] must be >= 0 and a multiple of 16, got -16"),
+    ([16, 100, 12], 128, r"group_sizes\[1\] must be >= 0 and a multiple of 16, got 100"),
+    ([16, 0, 32], 64, r"sum\(group_sizes\) must equal K_total = 64, got 48"),
+])
+def test_check_group_sizes_names_the_bad_size(sizes, k_total, message):
+    with pytest.raises(ValueError, match=message):
+        wgrad.check_group_sizes(torch.tensor(sizes, dtype=torch.int32), k_total)
+
+
+def test_check_group_sizes_accepts_the_contract():
+    wgrad.check_group_sizes(torch.tensor([0, 16, 112, 1008], dtype=torch.int32), 1136)
