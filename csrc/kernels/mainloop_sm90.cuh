@@ -69,9 +69,9 @@ struct MainloopSm90 {
       desc_a = p.group_tma_a + w.coord.group;
       desc_b = p.group_tma_b + w.coord.group;
       // The host copied these descriptors into memory the caching allocator may have held other
-      // descriptors in before: the TMA unit can still cache those. Acquire the generic-proxy writes
-      // into the tensormap proxy before the first use (seen without it: wrong groups' data, 3e-4..7e-4
-      // errors, varying between runs).
+      // descriptors in before, and the TMA unit can cache descriptors by address: acquire the
+      // generic-proxy writes into the tensormap proxy before the first use. (This did not cure the
+      // intermittent errors of this path, see gemm_grouped_packed.cu; it is needed regardless.)
       tensormap_fence_acquire(desc_a);
       tensormap_fence_acquire(desc_b);
     }
