@@ -5,6 +5,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "checks.h"
@@ -51,6 +52,19 @@ void launch(const char* op, const GemmParamsSm90<kMode>& p, int block_n, const a
 
 inline int num_sms_of(const at::Tensor& t) {
   return at::cuda::getDeviceProperties(t.device().index())->multiProcessorCount;
+}
+
+// BLOCK_N for an M x N output repeated `batches` times: the heuristic of tile_config.h, unless the
+// tuning knob WGRAD_BLOCK_N names one of kBlockNCandidates (read at every call, so that a sweep can
+// change it between calls; any other value is ignored). Documented in README.md, "Tuning knobs".
+inline int choose_block_n(int64_t m, int64_t n, int64_t batches, const at::Tensor& out) {
+  if (const char* v = std::getenv("WGRAD_BLOCK_N")) {
+    const int forced = std::atoi(v);
+    for (int bn : kBlockNCandidates) {
+      if (bn == forced) return bn;
+    }
+  }
+  return select_block_n(m, n, batches, num_sms_of(out));
 }
 
 }  // namespace wgrad

@@ -14,7 +14,7 @@ void wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Tensor& sa, 
   TORCH_CHECK(k <= INT32_MAX, op, ": K must fit TMA's 32-bit coordinates, got ", k);
   const c10::cuda::CUDAGuard guard(out.device());
 
-  const int block_n = select_block_n(m, n, 1, num_sms_of(out));
+  const int block_n = choose_block_n(m, n, 1, out);
   GemmParamsSm90<GroupMode::Dense> p;
   check_desc(op, "a", make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k, a.stride(0), kTmaBoxRowsA));
   check_desc(op, "b", make_operand_desc(&p.tma_b, b.const_data_ptr(), n, k, b.stride(0), block_n));

@@ -20,7 +20,7 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(const at::Tensor& a, c
   TORCH_CHECK(k_total <= INT32_MAX, op, ": K_total must fit TMA's 32-bit coordinates, got ", k_total);
   TORCH_CHECK(groups <= INT32_MAX, op, ": too many groups: ", groups);
   const c10::cuda::CUDAGuard guard(out.device());
-  const int block_n = select_block_n(m, n, groups, num_sms_of(out));
+  const int block_n = choose_block_n(m, n, groups, out);
 
   GemmParamsSm90<GroupMode::Contiguous> p;
   check_desc(op, "a", make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k_total, a.stride(0), kTmaBoxRowsA));

@@ -53,7 +53,7 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Te
     return;
   }
 
-  const int block_n = select_block_n(m, n, non_empty, num_sms_of(out));
+  const int block_n = choose_block_n(m, n, non_empty, out);
 
   // One pinned buffer: 2G descriptors (A then B), then K_g and the first scale column per group.
   const int64_t desc_bytes = 2 * groups * static_cast<int64_t>(sizeof(CUtensorMap));

@@ -37,14 +37,16 @@ inline std::string make_scale_desc(CUtensorMap* desc, const float* ptr, int64_t 
                                CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-// fp32 out [g, m, n] with row stride ld and group stride g_stride (elements); box BLOCK_N x 64 x 1.
+// fp32 out [g, m, n] with row stride ld and group stride g_stride (elements); box (one epilogue
+// slice of BLOCK_N) x 64 x 1.
 inline std::string make_out_desc(CUtensorMap* desc, float* ptr, int64_t g, int64_t m, int64_t n, int64_t ld,
                                  int64_t g_stride, int block_n) {
   const int64_t row_stride = m > 1 ? ld : align_up(n, 4);
   const int64_t group_stride = g > 1 ? g_stride : row_stride * m;
   const uint64_t dims[3] = {static_cast<uint64_t>(n), static_cast<uint64_t>(m), static_cast<uint64_t>(g)};
   const uint64_t strides[2] = {static_cast<uint64_t>(row_stride * 4), static_cast<uint64_t>(group_stride * 4)};
-  const uint32_t box[3] = {static_cast<uint32_t>(block_n), static_cast<uint32_t>(EpilogueSm90<128>::kRowsPerWarpgroup), 1};
+  const uint32_t box[3] = {static_cast<uint32_t>(epilogue_slice_cols(block_n)),
+                           static_cast<uint32_t>(EpilogueSm90<128>::kRowsPerWarpgroup), 1};
   return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box,
                                CU_TENSOR_MAP_SWIZZLE_NONE);
 }

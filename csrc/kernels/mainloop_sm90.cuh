@@ -127,7 +127,8 @@ struct MainloopSm90 {
   // against CuTe's own layout).
   template <class Accum>
   __device__ static void mma_tile(Pipeline& pipeline, PipelineState& state, SharedStorage& smem,
-                                  const WorkTile& w, Accum& acc, Accum& scratch, int consumer_tid) {
+                                  const WorkTile& w, Accum& acc, Accum& scratch, ConsumerOrder& order,
+                                  int consumer_tid) {
     using namespace cute;
     TiledMma tiled_mma;
     auto thr_mma = tiled_mma.get_thread_slice(consumer_tid);
@@ -148,6 +149,7 @@ struct MainloopSm90 {
       const int stage = state.index();
       if (w.tail_valid != 0 && kb == w.num_k_blocks - 1) zero_tail(smem, stage, w.tail_valid, consumer_tid);
 
+      order.wait_turn();  // after zero_tail: that one needs both warpgroups
       warpgroup_fence_operand(scratch);
       warpgroup_arrive();
       tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
@@ -157,6 +159,7 @@ struct MainloopSm90 {
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
+      order.end_turn();
 
       // Scales of this block, read while the WGMMAs run.
       const float sa_lo = smem.sa[stage][row0];

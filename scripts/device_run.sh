@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One device call for kernel work: build, GPU tests, BLOCK_N sweep (scripts/profile_dense.py), an ncu
+# profile of one dense shape, optionally the full benchmark. Logs under $OUT (default out/).
+#   scripts/device_run.sh [--no-tests] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-out}"; mkdir -p "$OUT"
+TESTS=1; NCU=""; BENCH=""; SWEEP=all
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-tests) TESTS=0 ;;
+    --ncu) NCU="$2"; shift ;;
+    --bench) BENCH="$2"; shift ;;
+    --sweep) SWEEP="$2"; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+t0=$(date +%s); ./scripts/build.sh > "$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+echo "build $(( $(date +%s) - t0 )) s"
+if [ "$TESTS" = 1 ]; then
+  t0=$(date +%s); python3 -m pytest tests -q -x -k "gpu or cuda" > "$OUT/pytest.log" 2>&1
+  echo "pytest rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 $OUT/pytest.log)"
+  grep -E "FAILED|Error|error" "$OUT/pytest.log" | head -20
+fi
+if [ "$SWEEP" != none ]; then
+  t0=$(date +%s)
+  if [ "$SWEEP" = all ]; then python3 scripts/profile_dense.py sweep > "$OUT/sweep.txt" 2>&1
+  else python3 scripts/profile_dense.py sweep $SWEEP > "$OUT/sweep.txt" 2>&1; fi
+  echo "sweep $(( $(date +%s) - t0 )) s"; cat "$OUT/sweep.txt"
+fi
+if [ -n "$NCU" ]; then
+  t0=$(date +%s); tag=ncu_${NCU//,/x}
+  ncu --clock-control none -k regex:wgrad_gemm --launch-skip 2 --launch-count 1 --set full --import-source no \
+      -o "$OUT/$tag" python3 scripts/profile_dense.py ncu $NCU > "$OUT/$tag.log" 2>&1
+  ncu -i "$OUT/$tag.ncu-rep" --page details > "$OUT/$tag.txt" 2>&1
+  ncu -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/${tag}_sass.csv" 2>&1
+  rm -f "$OUT/$tag.ncu-rep"
+  echo "ncu $NCU $(( $(date +%s) - t0 )) s"; grep -E "Duration|Elapsed Cycles|SM Frequency|Tensor is" "$OUT/$tag.txt"
+fi
+if [ -n "$BENCH" ]; then
+  t0=$(date +%s); python3 -m wgrad bench --json "$OUT/bench.json" $BENCH > "$OUT/bench.txt" 2> "$OUT/bench.err"
+  echo "bench rc=$? $(( $(date +%s) - t0 )) s"; tail -45 "$OUT/bench.txt"; tail -5 "$OUT/bench.err"
+fi
