@@ -37,7 +37,11 @@ CPP_TEST_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "c
 # The kernels use wgmma and setmaxnreg: sm_90a (the arch-specific target), not plain sm_90.
 CUDA_ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]
 
-CXX_FLAGS = ["-O3", "-std=c++20", "-DNDEBUG"]
+# Compiled into every translation unit, device or host (the C++ tests check the same layouts the
+# kernels use): CuTe's WGMMA atoms for every N that is a multiple of 8 (64x80, 64x72, ...).
+DEFINES = ["-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"]
+
+CXX_FLAGS = ["-O3", "-std=c++20", "-DNDEBUG"] + DEFINES
 
 NVCC_FLAGS = [
     "-O3",
@@ -53,8 +57,7 @@ NVCC_FLAGS = [
     "-U__CUDA_NO_HALF_CONVERSIONS__",
     "-U__CUDA_NO_BFLOAT16_OPERATORS__",
     "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-    "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",
-] + CUDA_ARCH_FLAGS
+] + DEFINES + CUDA_ARCH_FLAGS
 
 # A toolchain that links libstdc++ statically (the device image's /opt/gcc) would otherwise export its
 # own std::ostream next to torch's and crash inside TORCH_CHECK's message formatting.

@@ -37,8 +37,8 @@ inline std::string make_scale_desc(CUtensorMap* desc, const float* ptr, int64_t 
                                CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-// fp32 out [g, m, n] with row stride ld and group stride g_stride (elements); box (one epilogue
-// slice of BLOCK_N) x 64 x 1.
+// fp32 out [g, m, n] with row stride ld and group stride g_stride (elements); box BLOCK_N/2 x 64 x 1
+// (one epilogue slice: a consumer warpgroup's columns, one m64 block).
 inline std::string make_out_desc(CUtensorMap* desc, float* ptr, int64_t g, int64_t m, int64_t n, int64_t ld,
                                  int64_t g_stride, int block_n) {
   const int64_t row_stride = m > 1 ? ld : align_up(n, 4);
@@ -46,7 +46,7 @@ inline std::string make_out_desc(CUtensorMap* desc, float* ptr, int64_t g, int64
   const uint64_t dims[3] = {static_cast<uint64_t>(n), static_cast<uint64_t>(m), static_cast<uint64_t>(g)};
   const uint64_t strides[2] = {static_cast<uint64_t>(row_stride * 4), static_cast<uint64_t>(group_stride * 4)};
   const uint32_t box[3] = {static_cast<uint32_t>(epilogue_slice_cols(block_n)),
-                           static_cast<uint32_t>(EpilogueSm90<128>::kRowsPerWarpgroup), 1};
+                           static_cast<uint32_t>(kEpilogueSliceRows), 1};
   return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box,
                                CU_TENSOR_MAP_SWIZZLE_NONE);
 }
@@ -102,7 +102,6 @@ cudaError_t launch_gemm_sm90(const GemmParamsSm90<kMode>& p, int block_n, int nu
   switch (block_n) {
     case 128: return launch_gemm_sm90_bn<128>(p, num_sms, stream);
     case 144: return launch_gemm_sm90_bn<144>(p, num_sms, stream);
-    case 152: return launch_gemm_sm90_bn<152>(p, num_sms, stream);
     case 160: return launch_gemm_sm90_bn<160>(p, num_sms, stream);
     default: return cudaErrorInvalidValue;
   }

@@ -41,7 +41,7 @@ struct GemmParamsSm90 {
 
 // Register budgets (setmaxnreg): 56 x 128 + 224 x 256 = 64512 <= 65536 registers of an SM. The
 // producer needs more than the usual 40 to walk contiguous-K groups without spilling; the consumers
-// hold BLOCK_N/2 accumulators + BLOCK_N/2 scratch + BLOCK_N/4 scales (200 at BLOCK_N = 160).
+// hold BLOCK_N/2 accumulators + BLOCK_N/2 scratch + BLOCK_N/8 + 4 scales (184 at BLOCK_N = 160).
 constexpr int kProducerRegisters = 56;
 constexpr int kConsumerRegisters = 224;
 constexpr int kNumThreads = 384;

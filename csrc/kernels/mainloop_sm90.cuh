@@ -2,8 +2,9 @@
 //
 // Per 128-wide K block the producer loads, onto one transaction barrier, the A tile (128 x 128 fp8),
 // the B tile (BLOCK_N x 128 fp8) and one column of fp32 scales for each. Each consumer warpgroup
-// (64 rows) issues four m64nBLOCK_Nk32 FP8 WGMMAs into a scratch accumulator, reads its scales from
-// smem while they run, releases the stage, then promotes in fp32 registers:
+// (BLOCK_N/2 columns, all 128 rows) issues eight m64n(BLOCK_N/2)k32 FP8 WGMMAs into a scratch
+// accumulator, reads its scales from smem while they run, releases the stage, then promotes in fp32
+// registers:
 //     acc[r][c] += sa[r] * sb[c] * scratch[r][c]
 // Hopper's FP8 tensor-core accumulation is narrower than fp32; promoting every 128 K keeps accuracy.
 #pragma once
@@ -121,10 +122,14 @@ struct MainloopSm90 {
     cutlass::arch::NamedBarrier::sync(kNumConsumerThreads, static_cast<uint32_t>(NamedBarrierId::TailMask));
   }
 
-  // Accumulates every K block of one tile into `acc` (cleared here). Fragment element v of a thread
-  // (warp w of its warpgroup, lane l) holds row 16 * w + l / 4 + 8 * ((v / 2) % 2) and column
-  // 8 * (v / 4) + 2 * (l % 4) + v % 2 of the warpgroup's 64 x BLOCK_N block (tests/cpp checks this
-  // against CuTe's own layout).
+  // Accumulates every K block of one tile into `acc` (cleared here). Warpgroup wg owns tile columns
+  // [wg * BLOCK_N/2, (wg + 1) * BLOCK_N/2); fragment element i = v + kFragPerM * m of a thread (warp w
+  // of its warpgroup, lane l, v < kFragPerM = BLOCK_N/4, m in {0, 1}) holds
+  //     row 64 * m + 16 * w + l / 4 + 8 * ((v / 2) % 2),  column wg * BLOCK_N/2 + 8 * (v / 4) + 2 * (l % 4) + v % 2
+  // of the tile (tests/cpp checks this against CuTe's own layout).
+  static constexpr int kFragPerM = kBlockN / 4;   // fragment elements per m64 block
+  static constexpr int kColGroups = kBlockN / 16;  // groups of 8 columns per warpgroup
+
   template <class Accum>
   __device__ static void mma_tile(Pipeline& pipeline, PipelineState& state, SharedStorage& smem,
                                   const WorkTile& w, Accum& acc, Accum& scratch, ConsumerOrder& order,
@@ -140,8 +145,8 @@ struct MainloopSm90 {
     const int wg = consumer_tid / 128;
     const int warp = (consumer_tid % 128) / 32;
     const int lane = consumer_tid % 32;
-    const int row0 = wg * 64 + warp * 16 + lane / 4;  // and row0 + 8
-    const int col0 = 2 * (lane % 4);                  // + 8 j, + {0, 1}
+    const int row0 = warp * 16 + lane / 4;                     // + 8, + 64, + 72
+    const int col0 = wg * (kBlockN / 2) + 2 * (lane % 4);      // + 8 j, + {0, 1}
 
     clear(acc);
     for (int kb = 0; kb < w.num_k_blocks; ++kb) {
@@ -162,11 +167,12 @@ struct MainloopSm90 {
       order.end_turn();
 
       // Scales of this block, read while the WGMMAs run.
-      const float sa_lo = smem.sa[stage][row0];
-      const float sa_hi = smem.sa[stage][row0 + 8];
-      float2 sb[kBlockN / 8];
+      float sa[4];
       CUTE_UNROLL
-      for (int j = 0; j < kBlockN / 8; ++j) {
+      for (int h = 0; h < 4; ++h) sa[h] = smem.sa[stage][row0 + 8 * (h % 2) + 64 * (h / 2)];
+      float2 sb[kColGroups];
+      CUTE_UNROLL
+      for (int j = 0; j < kColGroups; ++j) {
         sb[j] = *reinterpret_cast<const float2*>(&smem.sb[stage][8 * j + col0]);
       }
 
@@ -176,11 +182,15 @@ struct MainloopSm90 {
       ++state;
 
       CUTE_UNROLL
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        acc(4 * j + 0) += (sa_lo * sb[j].x) * scratch(4 * j + 0);
-        acc(4 * j + 1) += (sa_lo * sb[j].y) * scratch(4 * j + 1);
-        acc(4 * j + 2) += (sa_hi * sb[j].x) * scratch(4 * j + 2);
-        acc(4 * j + 3) += (sa_hi * sb[j].y) * scratch(4 * j + 3);
+      for (int m = 0; m < 2; ++m) {
+        CUTE_UNROLL
+        for (int j = 0; j < kColGroups; ++j) {
+          const int i = kFragPerM * m + 4 * j;
+          acc(i + 0) += (sa[2 * m] * sb[j].x) * scratch(i + 0);
+          acc(i + 1) += (sa[2 * m] * sb[j].y) * scratch(i + 1);
+          acc(i + 2) += (sa[2 * m + 1] * sb[j].x) * scratch(i + 2);
+          acc(i + 3) += (sa[2 * m + 1] * sb[j].y) * scratch(i + 3);
+        }
       }
     }
   }

@@ -8,26 +8,27 @@
 
 namespace wgrad {
 
-// Every config is BLOCK_M = 128 (two consumer warpgroups of 64 rows) x BLOCK_N x BLOCK_K = 128.
+// Every config is BLOCK_M = 128 x BLOCK_N (two consumer warpgroups of BLOCK_N/2 columns) x BLOCK_K = 128.
 constexpr int kBlockM = 128;
 constexpr int kBlockK = 128;
 
-// BLOCK_N candidates. Upper bound: each consumer thread holds BLOCK_N/2 fp32 accumulators, BLOCK_N/2
-// scratch WGMMA accumulators and BLOCK_N/4 column scales within the 232-register budget.
-// 152 (N % 16 == 8) keeps the fp32 epilogue's float2 smem stores free of bank conflicts; 128 and 144
-// exist for shapes whose tile count would otherwise leave the last wave mostly empty.
-constexpr int kBlockNCandidates[] = {128, 144, 152, 160};
+// BLOCK_N candidates. Each consumer warpgroup owns BLOCK_N/2 columns (mma_atoms.h), so BLOCK_N/2 must
+// be a multiple of 8 (WGMMA N, and whole 8-row swizzle atoms of the B tile). Upper bound: each
+// consumer thread holds BLOCK_N/2 fp32 accumulators, BLOCK_N/2 scratch WGMMA accumulators and BLOCK_N/8
+// column scales within its register budget. Three widths so that some tile count fills the last wave.
+constexpr int kBlockNCandidates[] = {128, 144, 160};
 
 // Shared memory one pipeline stage needs: A and B tiles plus one column of fp32 scales for each.
 constexpr int64_t stage_bytes(int block_n) {
   return int64_t{kBlockM} * kBlockK + int64_t{block_n} * kBlockK + 4 * (kBlockM + align_up(block_n, 32));
 }
-// The epilogue stages the fp32 output tile in kEpilogueSlices column slices of BLOCK_N / 2 (one TMA
-// reduce-add store each, the buffer reused in between): half the smem of a whole tile, which buys
-// every BLOCK_N one more pipeline stage.
+// The epilogue stages each consumer warpgroup's 128 x BLOCK_N/2 block in kEpilogueSlices row slices of
+// 64 rows (one TMA reduce-add store each, the buffer reused in between): half the smem of a whole
+// tile, which buys every BLOCK_N one more pipeline stage.
 constexpr int kEpilogueSlices = 2;
-constexpr int epilogue_slice_cols(int block_n) { return block_n / kEpilogueSlices; }
-constexpr int64_t epilogue_bytes(int block_n) { return int64_t{4} * kBlockM * epilogue_slice_cols(block_n); }
+constexpr int kEpilogueSliceRows = kBlockM / kEpilogueSlices;
+constexpr int epilogue_slice_cols(int block_n) { return block_n / 2; }
+constexpr int64_t epilogue_bytes(int block_n) { return int64_t{4} * 2 * kEpilogueSliceRows * epilogue_slice_cols(block_n); }
 
 // 227 KB opt-in limit of dynamic shared memory per block, minus room for the pipeline's barriers and
 // alignment padding (launch_gemm_sm90_bn asserts the real size).

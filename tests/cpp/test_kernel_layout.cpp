@@ -11,24 +11,32 @@
 
 namespace {
 
-// mainloop_sm90.cuh: fragment element v of consumer thread t sits at
-//   row = 64 * (t / 128) + 16 * warp + lane / 4 + 8 * ((v / 2) % 2),  col = 8 * (v / 4) + 2 * (lane % 4) + v % 2
+// mainloop_sm90.cuh: fragment element i = v + (BLOCK_N/4) * m of consumer thread t (warpgroup t / 128)
+// sits at
+//   row = 64 * m + 16 * warp + lane / 4 + 8 * ((v / 2) % 2),
+//   col = (t / 128) * BLOCK_N/2 + 8 * (v / 4) + 2 * (lane % 4) + v % 2
 template <int kBlockN>
 void expect_fragment_layout() {
   using namespace cute;
   wgrad::TiledMmaSm90<kBlockN> tiled_mma;
   Tensor coords = make_identity_tensor(Shape<Int<wgrad::kBlockM>, Int<kBlockN>>{});  // (BLK_M,BLK_N)
   std::set<std::pair<int, int>> seen;
+  constexpr int kPerM = kBlockN / 4;
   for (int t = 0; t < 256; ++t) {
     auto thr = tiled_mma.get_thread_slice(t);
     Tensor tCcC = thr.partition_C(coords);  // (MMA,MMA_M,MMA_N)
     ASSERT_EQ(int(size(tCcC)), kBlockN / 2);
+    Tensor frag = thr.partition_fragment_C(coords);
+    ASSERT_EQ(int(size(frag)), kBlockN / 2);
     const int warp = (t % 128) / 32, lane = t % 32;
-    for (int v = 0; v < kBlockN / 2; ++v) {
-      const int row = get<0>(tCcC(v));
-      const int col = get<1>(tCcC(v));
-      EXPECT_EQ(row, 64 * (t / 128) + 16 * warp + lane / 4 + 8 * ((v / 2) % 2)) << "t=" << t << " v=" << v;
-      EXPECT_EQ(col, 8 * (v / 4) + 2 * (lane % 4) + v % 2) << "t=" << t << " v=" << v;
+    for (int i = 0; i < kBlockN / 2; ++i) {
+      const int v = i % kPerM, m = i / kPerM;
+      // The kernel indexes the register fragment linearly: its i-th element must be tCcC's i-th.
+      const int row = get<0>(tCcC(i));
+      const int col = get<1>(tCcC(i));
+      EXPECT_EQ(frag.layout()(i), i) << "register fragment is not compact in linear order";
+      EXPECT_EQ(row, 64 * m + 16 * warp + lane / 4 + 8 * ((v / 2) % 2)) << "t=" << t << " i=" << i;
+      EXPECT_EQ(col, (t / 128) * (kBlockN / 2) + 8 * (v / 4) + 2 * (lane % 4) + v % 2) << "t=" << t << " i=" << i;
       seen.insert({row, col});
     }
   }
@@ -37,7 +45,6 @@ void expect_fragment_layout() {
 
 TEST(KernelLayout, FragmentLayoutN128) { expect_fragment_layout<128>(); }
 TEST(KernelLayout, FragmentLayoutN144) { expect_fragment_layout<144>(); }
-TEST(KernelLayout, FragmentLayoutN152) { expect_fragment_layout<152>(); }
 TEST(KernelLayout, FragmentLayoutN160) { expect_fragment_layout<160>(); }
 
 // mainloop_sm90.cuh zero_tail: byte (r, k) of a stage at r * 128 + ((k / 16) ^ (r % 8)) * 16 + k % 16.
@@ -57,13 +64,13 @@ TEST(TileConfig, EveryCandidateFitsAtLeastThreeStages) {
   for (int bn : wgrad::kBlockNCandidates) {
     EXPECT_GE(wgrad::stages_for(bn), 3) << bn;
     EXPECT_LE(wgrad::stages_for(bn) * wgrad::stage_bytes(bn) + wgrad::epilogue_bytes(bn), wgrad::kSmemBudgetBytes);
-    EXPECT_EQ(bn % 8, 0) << "WGMMA N and the 1024-byte alignment of B stages need multiples of 8";
+    EXPECT_EQ(bn % 16, 0) << "each warpgroup's WGMMA N = BLOCK_N/2 and its B rows need multiples of 8";
   }
 }
 
 TEST(TileConfig, SelectionAvoidsRaggedLastWaves) {
-  // 7168 x 2112 on 132 SMs: 152 gives 56 x 14 = 784 tiles = 5.94 waves (128 gives 7.2 waves).
-  EXPECT_EQ(wgrad::select_block_n(7168, 2112, 1, 132), 152);
+  // 7168 x 2112 on 132 SMs: 160 gives 56 x 14 = 784 tiles = 5.94 waves (128 gives 7.2 waves).
+  EXPECT_EQ(wgrad::select_block_n(7168, 2112, 1, 132), 160);
   // Every choice is a candidate, for any shape.
   for (int64_t m : {1, 128, 1000, 16384})
     for (int64_t n : {1, 100, 4096, 32768}) {
