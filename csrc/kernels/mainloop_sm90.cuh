@@ -154,6 +154,18 @@ struct MainloopSm90 {
       const int stage = state.index();
       if (w.tail_valid != 0 && kb == w.num_k_blocks - 1) zero_tail(smem, stage, w.tail_valid, consumer_tid);
 
+      // Scales of this block, loaded before this warpgroup's turn: shared-memory loads queue behind the
+      // other warpgroup's WGMMA operand reads (hundreds of cycles, measured), so they are issued first
+      // and land while this warpgroup waits for its turn and its WGMMAs run.
+      float sa[4];
+      CUTE_UNROLL
+      for (int h = 0; h < 4; ++h) sa[h] = smem.sa[stage][row0 + 8 * (h % 2) + 64 * (h / 2)];
+      float2 sb[kColGroups];
+      CUTE_UNROLL
+      for (int j = 0; j < kColGroups; ++j) {
+        sb[j] = *reinterpret_cast<const float2*>(&smem.sb[stage][8 * j + col0]);
+      }
+
       order.wait_turn();  // after zero_tail: that one needs both warpgroups
       warpgroup_fence_operand(scratch);
       warpgroup_arrive();
@@ -165,16 +177,6 @@ struct MainloopSm90 {
       }
       warpgroup_commit_batch();
       order.end_turn();
-
-      // Scales of this block, read while the WGMMAs run.
-      float sa[4];
-      CUTE_UNROLL
-      for (int h = 0; h < 4; ++h) sa[h] = smem.sa[stage][row0 + 8 * (h % 2) + 64 * (h / 2)];
-      float2 sb[kColGroups];
-      CUTE_UNROLL
-      for (int j = 0; j < kColGroups; ++j) {
-        sb[j] = *reinterpret_cast<const float2*>(&smem.sb[stage][8 * j + col0]);
-      }
 
       warpgroup_wait<0>();
       warpgroup_fence_operand(scratch);
