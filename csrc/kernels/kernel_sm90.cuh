@@ -144,15 +144,16 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
     const int consumer_tid = threadIdx.x - 128;
     typename Mainloop::TiledMma tiled_mma;
-    Tensor acc = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});      // (MMA,MMA_M,MMA_N)
-    Tensor scratch = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA,MMA_M,MMA_N)
+    Tensor acc = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA,MMA_M=2,MMA_N)
+    // One m64 half of the tile each: the WGMMA accumulators of the two halves of a K block.
+    Tensor scratch0 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
+    Tensor scratch1 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
     typename Mainloop::PipelineState state;
     const typename Epilogue::OutView out_view{p.out, p.out_ld, p.out_group_stride, p.m, p.n, p.n & ~3};
-    ConsumerOrder order{consumer_tid / 128};
     for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
       const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
       if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
-      Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch, order, consumer_tid);
+      Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid);
       Epilogue::store(&p.tma_out, out_view, smem.epilogue, acc, w.coord, consumer_tid);
     }
     Epilogue::drain(consumer_tid);

@@ -1,10 +1,10 @@
 // \brief SM90 mainloop of the wgrad GEMM: TMA producer and WGMMA consumers with 1x128 promotion.
 //
 // Per 128-wide K block the producer loads, onto one transaction barrier, the A tile (128 x 128 fp8),
-// the B tile (BLOCK_N x 128 fp8) and one column of fp32 scales for each. Each consumer warpgroup
-// (BLOCK_N/2 columns, all 128 rows) issues eight m64n(BLOCK_N/2)k32 FP8 WGMMAs into a scratch
-// accumulator, reads its scales from smem while they run, releases the stage, then promotes in fp32
-// registers:
+// the B tile (BLOCK_N x 128 fp8) and one column of fp32 scales for each. Each consumer warpgroup owns
+// BLOCK_N/2 columns and all 128 rows: per K block it issues two groups of four m64n(BLOCK_N/2)k32 FP8
+// WGMMAs (rows 0-63, rows 64-127) into scratch accumulators and promotes each half in fp32 registers
+// while the other half's group runs:
 //     acc[r][c] += sa[r] * sb[c] * scratch[r][c]
 // Hopper's FP8 tensor-core accumulation is narrower than fp32; promoting every 128 K keeps accuracy.
 #pragma once
@@ -130,70 +130,83 @@ struct MainloopSm90 {
   static constexpr int kFragPerM = kBlockN / 4;   // fragment elements per m64 block
   static constexpr int kColGroups = kBlockN / 16;  // groups of 8 columns per warpgroup
 
-  template <class Accum>
+  // Each warpgroup overlaps the promotion of a block's first m64 half with the WGMMAs of its second:
+  //     issue m0(k), m1(k) -> wait m0(k) -> promote m0(k) -> wait m1(k) -> promote m1(k) -> release
+  // while the other warpgroup's WGMMAs fill the tensor cores during the second promotion.
+  // scratch0/scratch1 are the two halves' WGMMA accumulators ((MMA,1,1), 64 x BLOCK_N/2 each). (Issuing
+  // block k+1's first half before promoting block k's second would overlap more, but then a WGMMA
+  // group is in flight across the loop's back edge; ptxas cannot follow that and serializes every
+  // WGMMA (C7514). Measured in docs/perf-notes.md, v5.)
+  template <class Accum, class Scratch>
   __device__ static void mma_tile(Pipeline& pipeline, PipelineState& state, SharedStorage& smem,
-                                  const WorkTile& w, Accum& acc, Accum& scratch, ConsumerOrder& order,
+                                  const WorkTile& w, Accum& acc, Scratch& scratch0, Scratch& scratch1,
                                   int consumer_tid) {
     using namespace cute;
     TiledMma tiled_mma;
     auto thr_mma = tiled_mma.get_thread_slice(consumer_tid);
     Tensor sA = make_tensor(make_smem_ptr(smem.a), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
     Tensor sB = make_tensor(make_smem_ptr(smem.b), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
-    Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));  // (MMA,MMA_M,MMA_K,PIPE)
-    Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));  // (MMA,MMA_N,MMA_K,PIPE)
+    Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));  // (MMA,MMA_M=2,MMA_K,PIPE)
+    Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));  // (MMA,MMA_N=1,MMA_K,PIPE)
 
     const int wg = consumer_tid / 128;
     const int warp = (consumer_tid % 128) / 32;
     const int lane = consumer_tid % 32;
-    const int row0 = warp * 16 + lane / 4;                     // + 8, + 64, + 72
-    const int col0 = wg * (kBlockN / 2) + 2 * (lane % 4);      // + 8 j, + {0, 1}
+    const int row0 = warp * 16 + lane / 4;                 // + 8, + 64, + 72
+    const int col0 = wg * (kBlockN / 2) + 2 * (lane % 4);  // + 8 j, + {0, 1}
 
-    clear(acc);
-    for (int kb = 0; kb < w.num_k_blocks; ++kb) {
-      pipeline.consumer_wait(state);
-      const int stage = state.index();
-      if (w.tail_valid != 0 && kb == w.num_k_blocks - 1) zero_tail(smem, stage, w.tail_valid, consumer_tid);
-
-      // Scales of this block, loaded before this warpgroup's turn: shared-memory loads queue behind the
-      // other warpgroup's WGMMA operand reads (hundreds of cycles, measured), so they are issued first
-      // and land while this warpgroup waits for its turn and its WGMMAs run.
-      float sa[4];
-      CUTE_UNROLL
-      for (int h = 0; h < 4; ++h) sa[h] = smem.sa[stage][row0 + 8 * (h % 2) + 64 * (h / 2)];
-      float2 sb[kColGroups];
-      CUTE_UNROLL
-      for (int j = 0; j < kColGroups; ++j) {
-        sb[j] = *reinterpret_cast<const float2*>(&smem.sb[stage][8 * j + col0]);
-      }
-
-      order.wait_turn();  // after zero_tail: that one needs both warpgroups
+    // The four k32 WGMMAs of one m64 half of a K block, as one commit group.
+    auto issue_half = [&](int m, int stage, Scratch& scratch) {
       warpgroup_fence_operand(scratch);
       warpgroup_arrive();
       tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
       CUTE_UNROLL
       for (int k = 0; k < size<2>(tCrA); ++k) {
-        cute::gemm(tiled_mma, tCrA(_, _, k, stage), tCrB(_, _, k, stage), scratch);
+        cute::gemm(tiled_mma, tCrA(_, m, k, stage), tCrB(_, 0, k, stage), scratch(_, 0, 0));
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      order.end_turn();
-
-      warpgroup_wait<0>();
+      // No fence on `scratch` here: it is in flight until a wait, and ptxas serializes every WGMMA if
+      // anything else touches in-flight accumulator registers (C7514).
+    };
+    float sa[4];
+    float2 sb[kColGroups];
+    auto load_scales = [&](int stage) {
+      CUTE_UNROLL
+      for (int h = 0; h < 4; ++h) sa[h] = smem.sa[stage][row0 + 8 * (h % 2) + 64 * (h / 2)];
+      CUTE_UNROLL
+      for (int j = 0; j < kColGroups; ++j) sb[j] = *reinterpret_cast<const float2*>(&smem.sb[stage][8 * j + col0]);
+    };
+    auto promote_half = [&](int m, Scratch& scratch) {
       warpgroup_fence_operand(scratch);
+      CUTE_UNROLL
+      for (int j = 0; j < kColGroups; ++j) {
+        const int i = kFragPerM * m + 4 * j;
+        acc(i + 0) += (sa[2 * m] * sb[j].x) * scratch(4 * j + 0);
+        acc(i + 1) += (sa[2 * m] * sb[j].y) * scratch(4 * j + 1);
+        acc(i + 2) += (sa[2 * m + 1] * sb[j].x) * scratch(4 * j + 2);
+        acc(i + 3) += (sa[2 * m + 1] * sb[j].y) * scratch(4 * j + 3);
+      }
+    };
+    // A contiguous-K group's partial last block: zero its tail before any WGMMA reads it.
+    auto prepare = [&](int kb, int stage) {
+      if (w.tail_valid != 0 && kb == w.num_k_blocks - 1) zero_tail(smem, stage, w.tail_valid, consumer_tid);
+    };
+
+    clear(acc);
+    for (int kb = 0; kb < w.num_k_blocks; ++kb) {
+      pipeline.consumer_wait(state);
+      const int stage = state.index();
+      prepare(kb, stage);
+      load_scales(stage);  // before the WGMMAs: shared-memory loads wait behind their operand reads
+      issue_half(0, stage, scratch0);
+      issue_half(1, stage, scratch1);
+      warpgroup_wait<1>();  // m0 done, m1 may still run
+      promote_half(0, scratch0);
+      warpgroup_wait<0>();
+      promote_half(1, scratch1);
       pipeline.consumer_release(state);
       ++state;
-
-      CUTE_UNROLL
-      for (int m = 0; m < 2; ++m) {
-        CUTE_UNROLL
-        for (int j = 0; j < kColGroups; ++j) {
-          const int i = kFragPerM * m + 4 * j;
-          acc(i + 0) += (sa[2 * m] * sb[j].x) * scratch(i + 0);
-          acc(i + 1) += (sa[2 * m] * sb[j].y) * scratch(i + 1);
-          acc(i + 2) += (sa[2 * m + 1] * sb[j].x) * scratch(i + 2);
-          acc(i + 3) += (sa[2 * m + 1] * sb[j].y) * scratch(i + 3);
-        }
-      }
     }
   }
 };

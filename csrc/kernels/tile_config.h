@@ -40,9 +40,12 @@ constexpr int stages_for(int block_n) {
   return s > kMaxStages ? kMaxStages : s;
 }
 
-// Relative cost of a tile of width block_n: proportional to its MMA work plus a fixed per-tile cost
-// (A-tile loads, scale loads and promotion bookkeeping that do not shrink with N), in units of columns.
-constexpr int64_t kTileFixedCostColumns = 24;
+// Relative cost of a tile of width block_n, in units of columns: block_n + a fixed part. The kernel is
+// bound by shared-memory reads (docs/perf-notes.md, v4): per K block a tile's WGMMAs read the A tile
+// twice (once per warpgroup) and the B tile twice (once per m64 block), 2 * 128 + 2 * block_n rows of
+// 128 bytes, so a tile costs in proportion to block_n + 128. (Fitted against the v4 BLOCK_N sweep of
+// the twelve seed shapes: this picks the measured-best width on each.)
+constexpr int64_t kTileFixedCostColumns = 128;
 
 // CTAs of a cluster take adjacent n blocks of one m block and share the A tile by TMA multicast.
 // 1 = no cluster. 2 was measured slower on the seed shapes (docs/perf-notes.md, v2): the two CTAs'
