@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One device call for kernel work: build, GPU tests, BLOCK_N sweep (scripts/profile_dense.py), an ncu
 # profile of one dense shape, optionally the full benchmark. Logs under $OUT (default out/).
-#   scripts/device_run.sh [--no-tests] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
+#   scripts/device_run.sh [--no-tests] [--memcheck] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
-TESTS=1; NCU=""; BENCH=""; SWEEP=all
+TESTS=1; MEMCHECK=0; NCU=""; BENCH=""; SWEEP=all
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) TESTS=0 ;;
+    --memcheck) MEMCHECK=1 ;;
     --ncu) NCU="$2"; shift ;;
     --bench) BENCH="$2"; shift ;;
     --sweep) SWEEP="$2"; shift ;;
@@ -17,7 +18,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target" || true
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -29,6 +30,11 @@ if [ "$TESTS" = 1 ]; then
   t0=$(date +%s); python3 -m pytest tests -q -x -k "gpu or cuda" > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 $OUT/pytest.log)"
   grep -E "FAILED|Error|error" "$OUT/pytest.log" | head -20
+fi
+if [ "$MEMCHECK" = 1 ]; then
+  t0=$(date +%s)
+  compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitizer_cases.py > "$OUT/memcheck.log" 2>&1
+  echo "memcheck rc=$? $(( $(date +%s) - t0 )) s: $(grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tail -1)"
 fi
 if [ "$SWEEP" != none ]; then
   t0=$(date +%s)
