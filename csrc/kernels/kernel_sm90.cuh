@@ -9,6 +9,8 @@
 
 #include <cuda.h>
 
+#include <type_traits>
+
 #include "epilogue_sm90.cuh"
 #include "group_walker.cuh"
 #include "mainloop_sm90.cuh"
@@ -16,19 +18,32 @@
 
 namespace wgrad {
 
+// Packed layout: every group's A and B are their own [rows, K_g] matrices, so each group needs its
+// own pair of TMA descriptors. They travel in the kernel's parameters (__grid_constant__, at most
+// kMaxPackedGroups groups per launch; the host splits larger calls): nothing is copied to device
+// memory, and nothing a TMA unit may have cached can go stale.
+constexpr int kMaxPackedGroups = 96;
+
+struct PackedGroups {
+  CUtensorMap a[kMaxPackedGroups];  // fp8 [M, K_g] of group g, box 128 x 128, 128B swizzle
+  CUtensorMap b[kMaxPackedGroups];  // fp8 [N, K_g], box 128 x BLOCK_N
+  int k[kMaxPackedGroups];          // K_g (> 0: empty groups are never launched)
+  int kb_base[kMaxPackedGroups];    // first scale column of the group in sa / sb
+  int out_group[kMaxPackedGroups];  // the group's index in out (and in the caller's list)
+};
+struct NoPackedGroups {};
+
 // Plain parameters: pointers, shapes and TMA descriptors built on the host.
 template <GroupMode kMode_>
 struct GemmParamsSm90 {
   static constexpr GroupMode kMode = kMode_;
-  CUtensorMap tma_a;    // fp8 [rows M, K] K-major, box 128 x 64 (half a tile), 128B swizzle (unused: Packed)
-  CUtensorMap tma_b;    // fp8 [rows N, K], box 128 x BLOCK_N
+  CUtensorMap tma_a;    // fp8 [rows M, K] K-major, box 128 x 128, 128B swizzle (unused: Packed)
+  CUtensorMap tma_b;    // fp8 [rows N, K], box 128 x BLOCK_N (unused: Packed)
   CUtensorMap tma_sa;   // fp32 [M, KB] MN-major, box 128 x 1
   CUtensorMap tma_sb;   // fp32 [N, KB] MN-major, box BLOCK_N x 1
-  CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N x 64 x 1, reduce-add (unused when N < 4)
-  const CUtensorMap* group_tma_a = nullptr;  // Packed: one A and one B descriptor per group
-  const CUtensorMap* group_tma_b = nullptr;
-  const int* group_k = nullptr;        // Packed: K_g; Contiguous: the user's int32 sizes
-  const int* group_kb_base = nullptr;  // Packed: first scale column of each group
+  CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1, reduce-add (unused when N < 4)
+  std::conditional_t<kMode_ == GroupMode::Packed, PackedGroups, NoPackedGroups> packed;
+  const int* group_k = nullptr;        // Contiguous: the user's int32 sizes
   int k = 0;                           // Dense: K; Contiguous: K_total
   PersistentTileScheduler scheduler{};
   // out itself, for the columns past N & ~3 that the TMA store leaves to the threads.
@@ -87,6 +102,22 @@ __device__ inline void cluster_or_cta_sync() {
   }
 }
 
+template <class Params>
+__device__ GroupKWalker<Params::kMode> make_walker(const Params& p) {
+  if constexpr (Params::kMode == GroupMode::Packed) {
+    return GroupKWalker<Params::kMode>{p.packed.k, p.packed.kb_base, 0};
+  } else {
+    return GroupKWalker<Params::kMode>{p.group_k, nullptr, p.k};
+  }
+}
+
+// The group coordinate of out for a tile: a packed launch numbers only its own (non-empty) groups.
+template <class Params>
+__device__ TileCoord out_coord(const Params& p, TileCoord c) {
+  if constexpr (Params::kMode == GroupMode::Packed) c.group = p.packed.out_group[c.group];
+  return c;
+}
+
 template <int kBlockN, int kStages, class Params>
 __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -127,7 +158,7 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   const int cluster_id = blockIdx.x / kClusterSize;
   const int num_clusters = gridDim.x / kClusterSize;
 
-  GroupKWalker<Params::kMode> walker{p.group_k, p.group_kb_base, p.k};
+  GroupKWalker<Params::kMode> walker = make_walker(p);
   const int total_tiles = static_cast<int>(p.scheduler.total_cluster_tiles());  // < 2^31: host-checked
 
   if (producer) {
@@ -154,7 +185,7 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
       const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
       if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
       Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid);
-      Epilogue::store(&p.tma_out, out_view, smem.epilogue, acc, w.coord, consumer_tid);
+      Epilogue::store(&p.tma_out, out_view, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid);
     }
     Epilogue::drain(consumer_tid);
   }

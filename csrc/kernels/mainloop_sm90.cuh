@@ -56,25 +56,14 @@ struct MainloopSm90 {
   static constexpr int kRowsA = kBlockM / kClusterN;
   static constexpr uint16_t kClusterMask = (1u << kClusterN) - 1;
 
-  __device__ static void tensormap_fence_acquire(const CUtensorMap* desc) {
-    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(reinterpret_cast<uint64_t>(desc))
-                 : "memory");
-  }
-
   template <class Params>
   __device__ static void load_tile(const Params& p, Pipeline& pipeline, PipelineState& state,
                                    SharedStorage& smem, const WorkTile& w, int rank) {
     const CUtensorMap* desc_a = &p.tma_a;
     const CUtensorMap* desc_b = &p.tma_b;
     if constexpr (Params::kMode == GroupMode::Packed) {
-      desc_a = p.group_tma_a + w.coord.group;
-      desc_b = p.group_tma_b + w.coord.group;
-      // The host copied these descriptors into memory the caching allocator may have held other
-      // descriptors in before, and the TMA unit can cache descriptors by address: acquire the
-      // generic-proxy writes into the tensormap proxy before the first use. (This did not cure the
-      // intermittent errors of this path, see gemm_grouped_packed.cu; it is needed regardless.)
-      tensormap_fence_acquire(desc_a);
-      tensormap_fence_acquire(desc_b);
+      desc_a = &p.packed.a[w.coord.group];  // kernel parameters: immutable, no proxy fence needed
+      desc_b = &p.packed.b[w.coord.group];
     }
     const int m0 = w.coord.m_block * kBlockM;
     const int n0 = w.coord.n_block * kBlockN;
