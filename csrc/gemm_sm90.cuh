@@ -54,6 +54,10 @@ inline std::string make_out_desc(CUtensorMap* desc, float* ptr, int64_t g, int64
 // Rows of A one CTA loads per stage: half the tile, multicast to both CTAs of its cluster.
 constexpr int kTmaBoxRowsA = kBlockM / kClusterN;
 
+// CUDA 12.1+ passes up to 32764 bytes of kernel parameters; the packed layout's per-group descriptors
+// (PackedGroups) are sized to fit.
+static_assert(sizeof(GemmParamsSm90<GroupMode::Packed>) <= 32764, "kernel parameters exceed CUDA's 32764-byte limit");
+
 template <int kBlockN, GroupMode kMode>
 cudaError_t launch_gemm_sm90_bn(const GemmParamsSm90<kMode>& p, int num_sms, cudaStream_t stream) {
   constexpr int kStages = stages_for(kBlockN);

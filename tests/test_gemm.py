@@ -286,6 +286,16 @@ def test_gpu_accuracy_seed_shapes(m, n, k):
     _gpu_check_accuracy(m, n, k, seed=k)
 
 
+@pytest.mark.parametrize("block_n", [128, 144, 160])
+@pytest.mark.parametrize("m, n, k", [pytest.param(*s, marks=GPU_MARKS)
+                                     for s in [(129, 4097, 1008), (255, 1000, 144), (33, 331, 8208)]])
+def test_gpu_every_tile_width(monkeypatch, block_n, m, n, k):
+    """The tuning knob WGRAD_BLOCK_N reaches every kernel instance, whatever the heuristic would pick:
+    each must be right on partial tiles and a ragged right edge (N % 4 != 0)."""
+    monkeypatch.setenv("WGRAD_BLOCK_N", str(block_n))
+    _gpu_check_accuracy(m, n, k, seed=block_n + m)
+
+
 @pytest.mark.parametrize("m, n", [pytest.param(m, n, marks=GPU_MARKS) for m, n in [(1, 1), (33, 129), (4097, 255)]])
 def test_gpu_k_zero_leaves_out_bitwise_untouched(m, n):
     op = make_dense(m, n, 0, device="cuda")

@@ -81,6 +81,17 @@ TEST(TileConfig, SelectionAvoidsRaggedLastWaves) {
     }
 }
 
+// The tile cost model was fitted to a sweep of every width on every dense seed shape (H200, kernel v4c;
+// docs/perf-notes.md): it must keep picking the measured-best width on each.
+TEST(TileConfig, SeedShapesGetTheirMeasuredBestWidth) {
+  const struct {
+    int64_t m, n;
+    int block_n;
+  } seeds[] = {{7168, 2112, 160}, {1536, 24576, 160}, {512, 32768, 144},
+               {16384, 7168, 160}, {7168, 4096, 160}, {2048, 7168, 160}};
+  for (const auto& s : seeds) EXPECT_EQ(wgrad::select_block_n(s.m, s.n, 1, 132), s.block_n) << s.m << "x" << s.n;
+}
+
 TEST(TileScheduler, EnumeratesEveryTileOnce) {
   constexpr int kC = wgrad::PersistentTileScheduler::kClusterN;
   for (int tiles_m : {1, 3, 8, 9, 56})
