@@ -38,13 +38,15 @@ def shapes_from(args):
     return list(bench.DENSE_SEED_SHAPES)
 
 
-def problem(m, n, k):
-    return Problem(m, n, k)
+_flush = None
 
 
 def cold_ms(fn, reps=15):
-    flush = torch.empty(256 * 1024 * 1024 // 4, device="cuda")
-    return statistics.median(bench.time_calls(fn, reps, 3, flush, torch.device("cuda")))
+    """Median of single calls with the L2 flushed before each, as `python -m wgrad bench` does."""
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(bench.L2_FLUSH_BYTES // 4, device="cuda")
+    return statistics.median(bench.time_calls(fn, reps, 3, _flush, torch.device("cuda")))
 
 
 def warm_ms(fn, calls=20):
@@ -70,7 +72,7 @@ def warm_ms(fn, calls=20):
 def sweep(args):
     print(f"{'shape':>22} {'BN':>5} {'cold TF':>8} {'warm TF':>8}", flush=True)
     for m, n, k in shapes_from(args):
-        p = problem(m, n, k)
+        p = Problem(m, n, k)
         flops = 2.0 * m * n * k
 
         def ours():
@@ -99,7 +101,7 @@ def sweep(args):
 
 def ncu(args):
     (m, n, k), = shapes_from(args)
-    p = problem(m, n, k)
+    p = Problem(m, n, k)
     for _ in range(3):
         wgrad.wgrad_gemm_fp8_fp8_fp32_nt((p.a, p.sa), (p.b, p.sb), p.out)
     torch.cuda.synchronize()
