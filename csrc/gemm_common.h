@@ -33,11 +33,8 @@ void set_scale_and_out_descs(const char* op, GemmParamsSm90<kMode>& p, const at:
     check_desc(op, "out", make_out_desc(&p.tma_out, out.data_ptr<float>(), g, m, tma_cols, out.stride(-2),
                                         out.dim() == 3 ? out.stride(0) : 0, block_n));
   }
-  p.out = out.data_ptr<float>();
-  p.out_ld = m > 1 ? out.stride(-2) : 0;
-  p.out_group_stride = g > 1 ? out.stride(0) : 0;
-  p.m = static_cast<int>(m);
-  p.n = static_cast<int>(n);
+  p.out = OutView{out.data_ptr<float>(), m > 1 ? out.stride(-2) : 0, g > 1 ? out.stride(0) : 0,
+                  static_cast<int>(m), static_cast<int>(n), static_cast<int>(tma_cols)};
 }
 
 template <GroupMode kMode>

@@ -51,9 +51,11 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Te
   }
   TORCH_CHECK(kb_offset <= INT32_MAX, op, ": too many scale blocks: ", kb_offset);
 
+  // Scales and out are shared by every launch; each launch refills its groups and its scheduler.
+  GemmParamsSm90<GroupMode::Packed> p;
+  set_scale_and_out_descs(op, p, sa, sb, out, block_n);
   for (size_t first = 0; first < work.size(); first += kMaxPackedGroups) {
     const size_t count = std::min(work.size() - first, static_cast<size_t>(kMaxPackedGroups));
-    GemmParamsSm90<GroupMode::Packed> p;
     for (size_t i = 0; i < count; ++i) {
       const Group& grp = work[first + i];
       check_desc(op, "a", make_operand_desc(&p.packed.a[i], a_ptr + m * grp.k_offset, m, grp.k, grp.k, kTmaBoxRowsA));
@@ -62,7 +64,6 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Te
       p.packed.kb_base[i] = static_cast<int>(grp.kb_base);
       p.packed.out_group[i] = static_cast<int>(grp.index);
     }
-    set_scale_and_out_descs(op, p, sa, sb, out, block_n);
     p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)),
                    static_cast<int>(count)};
     launch(op, p, block_n, out);

@@ -69,6 +69,13 @@ def warm_ms(fn, calls=20):
     return min(times)
 
 
+# SWEEP_ENV="NAME=v1,v2": also sweep an environment switch (e.g. WGRAD_PAIR_BLOCKS=0,1).
+SWEEP_NAME, _, _values = os.environ.get("SWEEP_ENV", "").partition("=")
+SWEEP_VALUES = _values.split(",") if SWEEP_NAME else [""]
+# SWEEP_BN="auto,160": the BLOCK_N settings to time (default: the heuristic's pick and every candidate).
+SWEEP_BN = [("" if b == "auto" else b) for b in os.environ.get("SWEEP_BN", "auto,128,144,160").split(",")]
+
+
 def sweep(args):
     print(f"{'shape':>22} {'BN':>5} {'cold TF':>8} {'warm TF':>8}", flush=True)
     for m, n, k in shapes_from(args):
@@ -78,11 +85,17 @@ def sweep(args):
         def ours():
             wgrad.wgrad_gemm_fp8_fp8_fp32_nt((p.a, p.sa), (p.b, p.sb), p.out)
 
-        for bn in ["", "128", "144", "160"]:
-            os.environ["WGRAD_BLOCK_N"] = bn
-            c, w = cold_ms(ours), warm_ms(ours)
-            print(f"{m:>6}x{n:>6}x{k:>6} {bn or 'auto':>5} {flops / c / 1e9:8.0f} {flops / w / 1e9:8.0f}", flush=True)
+        for value in SWEEP_VALUES:
+            if SWEEP_NAME:
+                os.environ[SWEEP_NAME] = value
+            for bn in SWEEP_BN:
+                os.environ["WGRAD_BLOCK_N"] = bn
+                c, w = cold_ms(ours), warm_ms(ours)
+                label = (bn or "auto") + (f"/{value}" if SWEEP_NAME else "")
+                print(f"{m:>6}x{n:>6}x{k:>6} {label:>9} {flops / c / 1e9:8.0f} {flops / w / 1e9:8.0f}", flush=True)
         os.environ["WGRAD_BLOCK_N"] = ""
+        if SWEEP_NAME:
+            os.environ.pop(SWEEP_NAME, None)
         # cuBLAS FP8, one scale per tensor, fp32 out: the ceiling without fine-grained promotion.
         one = torch.ones((), device="cuda")
         bt = p.b.t()

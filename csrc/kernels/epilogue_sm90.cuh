@@ -23,6 +23,15 @@
 
 namespace wgrad {
 
+// Where out lives: for the ragged right edge (columns [tma_cols, n)), which the threads add.
+struct OutView {
+  float* ptr = nullptr;
+  int64_t ld = 0;            // row stride (elements)
+  int64_t group_stride = 0;  // stride between groups (elements)
+  int m = 0, n = 0;
+  int tma_cols = 0;          // n & ~3: the columns the TMA store covers
+};
+
 template <int kBlockN_>
 struct EpilogueSm90 {
   static constexpr int kBlockN = kBlockN_;
@@ -34,15 +43,6 @@ struct EpilogueSm90 {
 
   struct SharedStorage {
     alignas(128) float out[2][kRowsPerSlice * kSliceCols];  // (64,BLK_N/2) row-major per warpgroup
-  };
-
-  // Where out lives, for the ragged right edge (columns [tma_cols, n)).
-  struct OutView {
-    float* ptr;
-    int64_t ld;            // row stride (elements)
-    int64_t group_stride;  // stride between groups (elements)
-    int m, n;
-    int tma_cols;          // n & ~3: the columns the TMA store covers
   };
 
   // Fragment layout as documented in MainloopSm90::mma_tile. The warpgroup's 128 x BLOCK_N/2 block

@@ -46,12 +46,7 @@ struct GemmParamsSm90 {
   const int* group_k = nullptr;        // Contiguous: the user's int32 sizes
   int k = 0;                           // Dense: K; Contiguous: K_total
   PersistentTileScheduler scheduler{};
-  // out itself, for the columns past N & ~3 that the TMA store leaves to the threads.
-  float* out = nullptr;
-  int64_t out_ld = 0;
-  int64_t out_group_stride = 0;
-  int m = 0;
-  int n = 0;
+  OutView out;  // out itself, for the columns past N & ~3 that the TMA store leaves to the threads
 };
 
 // Register budgets (setmaxnreg): 56 x 128 + 224 x 256 = 64512 <= 65536 registers of an SM. The
@@ -180,12 +175,11 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
     Tensor scratch0 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
     Tensor scratch1 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
     typename Mainloop::PipelineState state;
-    const typename Epilogue::OutView out_view{p.out, p.out_ld, p.out_group_stride, p.m, p.n, p.n & ~3};
     for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
       const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
       if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
       Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid);
-      Epilogue::store(&p.tma_out, out_view, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid);
+      Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid);
     }
     Epilogue::drain(consumer_tid);
   }
