@@ -57,7 +57,7 @@ struct ColwiseSm90Config {
   struct SharedStorage {
     alignas(128) T x[kStages][kTileRows * kTileCols];   // (TILE_R,TILE_C,PIPE) row-major tiles
     alignas(16) uint2 qt[kTileCols][kQtSlots];          // staged q_t: slot s of column c at s ^ swz(c)
-    alignas(16) float col_amax[kConsumerWarps][kTileCols];
+    alignas(16) uint32_t col_amax[kConsumerWarps][kTileCols];  // |bits| maxima, see quantize_numerics.cuh
     alignas(16) float col_scale[kTileCols];
     alignas(16) float col_inv_scale[kTileCols];
     typename Pipeline::SharedStorage pipeline;
@@ -210,13 +210,13 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
       }
     }
 
-    // ---- tile rows [8 rg, 8 rg + 8), columns [8 cc, 8 cc + 8) into registers; release the stage.
-    float v[Cfg::kRowsPerThread][kColsPerThread];
+    // ---- tile rows [8 rg, 8 rg + 8), columns [8 cc, 8 cc + 8) into registers (raw); release the stage.
+    RawVec<T> raw[Cfg::kRowsPerThread];
     pipeline.consumer_wait(state);
     const T* s_x = smem.x[state.index()];
 #pragma unroll
     for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
-      load8_shared(s_x + (rg * Cfg::kRowsPerThread + i) * Cfg::kTileCols + cc * kColsPerThread, v[i]);
+      load8_shared_raw(s_x + (rg * Cfg::kRowsPerThread + i) * Cfg::kTileCols + cc * kColsPerThread, raw[i]);
     }
     pipeline.consumer_release(state);
     ++state;
@@ -226,7 +226,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
 #pragma unroll
-        for (int j = 0; j < kColsPerThread; ++j) v[i][j] = i < valid_rows ? v[i][j] : 0.0f;
+        for (int k = 0; k < RawVec<T>::kLoads; ++k) {
+          if (i >= valid_rows) raw[i].raw[k] = make_uint4(0u, 0u, 0u, 0u);
+        }
       }
     }
 
@@ -235,42 +237,45 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
       const int64_t col = tile_col + cc * kColsPerThread;
 #pragma unroll
       for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
-        float amax = amax8(v[i]);
+        uint32_t bits = fold_abs_bits<T>(abs_bits_max(raw[i], 0u));
 #pragma unroll
         for (int offset = Cfg::kColGroups / 2; offset > 0; offset >>= 1) {
-          amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+          bits = max(bits, __shfl_xor_sync(0xFFFFFFFFu, bits, offset));
         }
         if (i >= valid_rows) continue;
         const int64_t row = t.row_start + rg * Cfg::kRowsPerThread + i;
-        const float scale = block_scale(amax, p.ue8m0);
-        const uint2 packed = quantize_eight(v[i], scale, scale_reciprocal(scale));
+        const float scale = block_scale(amax_from_bits<T>(bits), p.ue8m0);
+        float v[kColsPerThread];
+        unpack8(raw[i], v);
+        const uint2 packed = quantize_eight(v, scale, scale_reciprocal(scale));
         if (cc == 0) p.scales[t.col_tile * p.scales_ld + row] = scale;
         if (col < p.cols) *reinterpret_cast<uint2*>(p.q + row * p.cols + col) = packed;
       }
     }
 
-    // ---- column amax: 8 rows in the thread, 2 row groups in the warp, 8 warps through shared memory
+    // ---- column amax (as |bits|): 8 rows in the thread, 2 row groups in the warp, 8 warps through
+    // shared memory
     {
-      float amax[kColsPerThread];
+      uint32_t amax[kColsPerThread];
 #pragma unroll
       for (int j = 0; j < kColsPerThread; ++j) {
-        amax[j] = abs_or_inf(v[0][j]);
+        amax[j] = element_abs_bits(raw[0], j);
 #pragma unroll
-        for (int i = 1; i < Cfg::kRowsPerThread; ++i) amax[j] = fmaxf(amax[j], abs_or_inf(v[i][j]));
-        amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xFFFFFFFFu, amax[j], Cfg::kColGroups));
+        for (int i = 1; i < Cfg::kRowsPerThread; ++i) amax[j] = max(amax[j], element_abs_bits(raw[i], j));
+        amax[j] = max(amax[j], __shfl_xor_sync(0xFFFFFFFFu, amax[j], Cfg::kColGroups));
       }
       if (lane < Cfg::kColGroups) {
-        float4* dst = reinterpret_cast<float4*>(&smem.col_amax[warp][cc * kColsPerThread]);
-        dst[0] = make_float4(amax[0], amax[1], amax[2], amax[3]);
-        dst[1] = make_float4(amax[4], amax[5], amax[6], amax[7]);
+        uint4* dst = reinterpret_cast<uint4*>(&smem.col_amax[warp][cc * kColsPerThread]);
+        dst[0] = make_uint4(amax[0], amax[1], amax[2], amax[3]);
+        dst[1] = make_uint4(amax[4], amax[5], amax[6], amax[7]);
       }
     }
     consumers_sync();  // (1) partial amaxes written
     if (tid < Cfg::kTileCols) {
-      float amax = smem.col_amax[0][tid];
+      uint32_t bits = smem.col_amax[0][tid];
 #pragma unroll
-      for (int w = 1; w < Cfg::kConsumerWarps; ++w) amax = fmaxf(amax, smem.col_amax[w][tid]);
-      const float scale = block_scale(amax, p.ue8m0);
+      for (int w = 1; w < Cfg::kConsumerWarps; ++w) bits = max(bits, smem.col_amax[w][tid]);
+      const float scale = block_scale(amax_from_bits<T>(bits), p.ue8m0);
       smem.col_scale[tid] = scale;
       smem.col_inv_scale[tid] = scale_reciprocal(scale);
       if (tile_col + tid < p.cols) p.scales_t[t.row_block * p.scales_t_ld + tile_col + tid] = scale;
@@ -280,6 +285,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
     // ---- quantize and stage: column j's 8 rows are one slot (rows past the block staged as 0, even in a
     // NaN block: they may land in q_t's padding).
     {
+      float v[Cfg::kRowsPerThread][kColsPerThread];
+#pragma unroll
+      for (int i = 0; i < Cfg::kRowsPerThread; ++i) unpack8(raw[i], v[i]);
       const uint32_t mask_lo = valid_rows >= 4 ? 0xFFFFFFFFu : (valid_rows <= 0 ? 0u : (1u << (8 * valid_rows)) - 1u);
       const int hi_rows = valid_rows - 4;
       const uint32_t mask_hi = hi_rows >= 4 ? 0xFFFFFFFFu : (hi_rows <= 0 ? 0u : (1u << (8 * hi_rows)) - 1u);

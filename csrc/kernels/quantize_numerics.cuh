@@ -16,6 +16,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 namespace wgrad::quant {
 
@@ -185,6 +186,76 @@ __device__ __forceinline__ void unpack8(const RawVec<T>& r, float (&v)[kColsPerT
   for (int j = 0; j < kColsPerThread; ++j) v[j] = to_float(e[j]);
 }
 
+// ------------------------------------------------------------------ amax on raw bits ------------------
+// |v| of a bf16/fp16/fp32 value is its bit pattern with the sign cleared, and for non-negative values
+// (including subnormals) unsigned integer order is numeric order, with +Inf above every finite value and
+// NaNs above +Inf. So max |x| over a block is an unsigned max of the masked bits: exact, NaN-propagating
+// (a NaN or Inf shows up as bits >= the +Inf pattern), and two 16-bit elements per instruction
+// (max.u16x2 with the mask 0x7FFF7FFF) instead of fabs + compare + select + fmax per element.
+template <typename T>
+constexpr uint32_t kInfBits = sizeof(T) == 4 ? 0x7F800000u : (std::is_same_v<T, __half> ? 0x7C00u : 0x7F80u);
+
+// Running max of |element| bits; for 16-bit types both halfwords of m hold a running max.
+template <typename T>
+__device__ __forceinline__ uint32_t abs_bits_max(const RawVec<T>& r, uint32_t m) {
+#pragma unroll
+  for (int k = 0; k < RawVec<T>::kLoads; ++k) {
+    const uint32_t w[4] = {r.raw[k].x, r.raw[k].y, r.raw[k].z, r.raw[k].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (sizeof(T) == 4) {
+        m = max(m, w[i] & 0x7FFFFFFFu);
+      } else {
+        m = __vmaxu2(m, w[i] & 0x7FFF7FFFu);
+      }
+    }
+  }
+  return m;
+}
+
+// The max of both halfwords (16-bit types): one element's bits.
+template <typename T>
+__device__ __forceinline__ uint32_t fold_abs_bits(uint32_t m) {
+  if constexpr (sizeof(T) == 4) {
+    return m;
+  } else {
+    return max(m & 0xFFFFu, m >> 16);
+  }
+}
+
+// The block amax as a float: +Inf for a block holding NaN or Inf (then block_scale gives NaN).
+template <typename T>
+__device__ __forceinline__ float amax_from_bits(uint32_t bits) {
+  if (bits >= kInfBits<T>) return __int_as_float(0x7F800000);
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(bits);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  } else {
+    return __uint_as_float(bits << 16);
+  }
+}
+
+// 8 consecutive elements from shared memory (16-byte aligned), raw.
+template <typename T>
+__device__ __forceinline__ void load8_shared_raw(const T* p, RawVec<T>& r) {
+#pragma unroll
+  for (int k = 0; k < RawVec<T>::kLoads; ++k) r.raw[k] = reinterpret_cast<const uint4*>(p)[k];
+}
+
+// Per-element |bits| of column j of 8 (the running max of abs_bits_max without the fold).
+template <typename T>
+__device__ __forceinline__ uint32_t element_abs_bits(const RawVec<T>& r, int j) {
+  const uint4& q = r.raw[j / 4 % RawVec<T>::kLoads];
+  if constexpr (sizeof(T) == 4) {
+    const uint32_t w = (j % 4) < 2 ? ((j % 4) == 0 ? q.x : q.y) : ((j % 4) == 2 ? q.z : q.w);
+    return w & 0x7FFFFFFFu;
+  } else {
+    const uint32_t w = (j / 2) < 2 ? ((j / 2) == 0 ? q.x : q.y) : ((j / 2) == 2 ? q.z : q.w);
+    return (j % 2 == 0 ? w : w >> 16) & 0x7FFFu;
+  }
+}
+
 // The same from shared memory (16-byte aligned).
 template <typename T>
 __device__ __forceinline__ void load8_shared(const T* p, float (&v)[kColsPerThread]) {
@@ -199,13 +270,6 @@ __device__ __forceinline__ void load8_shared(const T* p, float (&v)[kColsPerThre
 #pragma unroll
     for (int j = 0; j < kColsPerThread; ++j) v[j] = to_float(e[j]);
   }
-}
-
-__device__ __forceinline__ float amax8(const float (&v)[kColsPerThread]) {
-  float a = abs_or_inf(v[0]);
-#pragma unroll
-  for (int j = 1; j < kColsPerThread; ++j) a = fmaxf(a, abs_or_inf(v[j]));
-  return a;
 }
 
 // Byte b (0..15) of a 16-byte chunk, without dynamic register indexing.
