@@ -107,7 +107,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   params.num_col_tiles = ceil_div(p.cols, kScaleBlockK);
   const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
   const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
-  const uint32_t box[2] = {static_cast<uint32_t>(Cfg::kTileCols), static_cast<uint32_t>(Cfg::kTileRows)};
+  const uint32_t box[2] = {static_cast<uint32_t>(Cfg::kTileCols), static_cast<uint32_t>(Cfg::kBoxRows)};
   const std::string err = encode_tma_descriptor(&params.tma_x, tma_dtype<T>(), 2, p.x, dims, strides, box,
                                                 CU_TENSOR_MAP_SWIZZLE_NONE);
   TORCH_CHECK(err.empty(), op, ": TMA descriptor of x: ", err);

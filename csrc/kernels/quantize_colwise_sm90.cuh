@@ -9,7 +9,8 @@
 //     Here the TMA ring keeps kStages - 1 tiles (96 KB of bf16, 128 KB of fp32) in flight per SM while
 //     the consumers work on the current one; a stage is released as soon as its tile is in registers.
 //   - TMA zero-fills rows past R and columns past C: missing elements never change an amax, and no
-//     thread checks bounds on loads. (Segments: rows past the segment are real data and are masked.)
+//     thread checks bounds on loads. (Segments: rows past the segment are real data and are masked;
+//     16-row boxes past the segment are not read at all, see kBoxRows.)
 //   - q_t is staged transposed in shared memory (8-byte slots, XOR-swizzled so that neither the staging
 //     stores nor the 16-byte reads conflict) and written as full 128-byte lines: 8 lanes per column.
 //
@@ -50,6 +51,11 @@ struct ColwiseSm90Config {
   static constexpr int kQtSlots = kTileRows / 8;                 // 8-byte slots per staged column
   static constexpr int kQtChunks = kTileRows / 16;               // 16-byte chunks per staged column
   static constexpr uint32_t kTileBytes = kTileRows * kTileCols * sizeof(T);
+  // A tile is loaded as 8 boxes of 16 rows. A box wholly past the block's rows is aimed past R instead:
+  // TMA zero-fills it without reading memory, and still counts its bytes. So a segment's last, partial
+  // block reads at most 15 rows of the next segment, not up to 127.
+  static constexpr int kBoxRows = 16;
+  static constexpr int kBoxesPerTile = kTileRows / kBoxRows;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
@@ -68,7 +74,7 @@ struct ColwiseSm90Config {
 };
 
 struct ColwiseSm90Params {
-  CUtensorMap tma_x;  // x [R, C], box 128 x 128 (columns x rows), zero fill out of bounds
+  CUtensorMap tma_x;  // x [R, C], box 128 x 16 (columns x rows), zero fill out of bounds
   QuantizeParams q;
   int64_t num_row_blocks;  // 128-row blocks, or the entries of q.row_blocks (ColwiseSegments)
   int64_t num_col_tiles;   // ceil(C / 128)
@@ -175,9 +181,14 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
         if (t.row_count <= 0) continue;  // the consumers skip it too
         pipeline.producer_acquire(state);
         uint64_t* bar = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(state));
-        cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, smem.x[state.index()],
-                                     static_cast<int32_t>(t.col_tile * Cfg::kTileCols),
-                                     static_cast<int32_t>(t.row_start));
+        const int32_t col = static_cast<int32_t>(t.col_tile * Cfg::kTileCols);
+#pragma unroll
+        for (int b = 0; b < Cfg::kBoxesPerTile; ++b) {
+          const int r = b * Cfg::kBoxRows;
+          const int32_t row = r < t.row_count ? static_cast<int32_t>(t.row_start + r) : static_cast<int32_t>(p.rows);
+          cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, smem.x[state.index()] + r * Cfg::kTileCols,
+                                       col, row);
+        }
         ++state;
       }
       pipeline.producer_tail(state);
