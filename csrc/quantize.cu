@@ -5,10 +5,17 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <limits>
+#include <string>
+#include <type_traits>
 
 #include "checks.h"
 #include "kernels/quantize.cuh"
+#include "kernels/quantize_colwise_sm90.cuh"
+#include "kernels/quantize_rowwise.cuh"
+#include "kernels/tile_config.h"
+#include "kernels/tma_descriptor.h"
 #include "ops.h"
 
 namespace wgrad {
@@ -22,6 +29,8 @@ constexpr int64_t kQtRowAlign = 16;            // q_t rows are TMA-ready: 16-byt
 constexpr int64_t kVecElems = 8;               // one thread's columns: one aligned vector access
 constexpr int64_t kMaxRowBlocks = std::numeric_limits<int32_t>::max();  // gridDim.x
 constexpr int64_t kMaxColTiles = 65535;                                 // gridDim.y
+
+int num_sms_of(const at::Tensor& t) { return at::cuda::getDeviceProperties(t.device().index())->multiProcessorCount; }
 
 void check_x(const char* op, const at::Tensor& x) {
   TORCH_CHECK(x.dim() == 2, op, ": x must be 2-D [R, C] (the Python layer flattens leading dims), got ", x.dim(),
@@ -69,31 +78,80 @@ at::Tensor empty_q_t(const at::Tensor& x) {
 
 at::Tensor empty_q(const at::Tensor& x) { return at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn)); }
 
-template <QuantMode kMode, typename T, bool kVec>
-void launch_typed(const QuantizeParams& p, int64_t row_blocks, int64_t col_tiles, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_tiles));
-  quant::quantize_fp8_1x128_kernel<T, kMode, kVec><<<grid, quant::kThreads, 0, stream>>>(p);
+template <typename T>
+constexpr CUtensorMapDataType tma_dtype() {
+  if constexpr (std::is_same_v<T, float>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  else if constexpr (std::is_same_v<T, __half>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  else return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
+
+// Row-wise: a persistent grid of 4 CTAs per SM (all resident at once), fewer when x is small.
+template <typename T, bool kVec>
+void launch_rowwise(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
+  using Cfg = quant::RowwiseConfig;
+  const int64_t blocks = p.rows * ceil_div(p.cols, kScaleBlockK);
+  const int64_t wanted = ceil_div(blocks, int64_t{Cfg::kBlocksPerCta} * Cfg::kUnroll<T, kVec>);
+  const int64_t grid = std::min<int64_t>(wanted, int64_t{num_sms} * Cfg::kMinCtasPerSm);
+  quant::quantize_fp8_1x128_rowwise_kernel<T, kVec><<<static_cast<unsigned>(grid), Cfg::kThreads, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// One CTA per (row block, 128-column tile); row blocks: 128-row blocks, or the row-block table's entries.
+// Column-wise, both, segments with 16-byte aligned rows: the persistent TMA kernel, one CTA per SM.
+template <QuantMode kMode, typename T>
+void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_blocks, int num_sms,
+                         cudaStream_t stream) {
+  using Cfg = quant::ColwiseSm90Config<T>;
+  quant::ColwiseSm90Params params{};
+  params.q = p;
+  params.num_row_blocks = row_blocks;
+  params.num_col_tiles = ceil_div(p.cols, kScaleBlockK);
+  const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
+  const uint32_t box[2] = {static_cast<uint32_t>(Cfg::kTileCols), static_cast<uint32_t>(Cfg::kBoxRows)};
+  const std::string err = encode_tma_descriptor(&params.tma_x, tma_dtype<T>(), 2, p.x, dims, strides, box,
+                                                CU_TENSOR_MAP_SWIZZLE_NONE);
+  TORCH_CHECK(err.empty(), op, ": TMA descriptor of x: ", err);
+
+  auto kernel = &quant::quantize_fp8_1x128_colwise_sm90_kernel<T, kMode>;
+  constexpr int smem_bytes = static_cast<int>(sizeof(typename Cfg::SharedStorage));
+  static_assert(smem_bytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  const int64_t tiles = row_blocks * params.num_col_tiles;
+  const int64_t grid = std::min<int64_t>(tiles, num_sms);
+  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem_bytes, stream>>>(params);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The generic tile kernel: one CTA per (row block, 128-column tile), element-wise accesses.
+template <QuantMode kMode, typename T>
+void launch_generic(const QuantizeParams& p, int64_t row_blocks, int64_t col_tiles, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_tiles));
+  quant::quantize_fp8_1x128_kernel<T, kMode, false><<<grid, quant::kThreads, 0, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Row blocks: 128-row blocks, or the row-block table's entries. Vector paths when every row of x is
+// 16-byte aligned (C % 8 == 0 and an aligned base); otherwise element-wise accesses.
 template <QuantMode kMode>
-void launch(const at::Tensor& x, const QuantizeParams& p, int64_t row_blocks) {
+void launch(const char* op, const at::Tensor& x, const QuantizeParams& p, int64_t row_blocks) {
   const int64_t col_tiles = ceil_div(p.cols, kScaleBlockK);
   if (row_blocks == 0 || col_tiles == 0) return;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int num_sms = num_sms_of(x);
   const bool vec = p.cols % kVecElems == 0 && reinterpret_cast<uintptr_t>(p.x) % kTmaAlignBytes == 0;
+  auto typed = [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (kMode == QuantMode::Rowwise) {
+      vec ? launch_rowwise<T, true>(p, num_sms, stream) : launch_rowwise<T, false>(p, num_sms, stream);
+    } else {
+      vec ? launch_colwise_sm90<kMode, T>(op, p, row_blocks, num_sms, stream)
+          : launch_generic<kMode, T>(p, row_blocks, col_tiles, stream);
+    }
+  };
   AT_DISPATCH_SWITCH(x.scalar_type(), "quantize_fp8_1x128",
-                     AT_DISPATCH_CASE(at::kFloat, [&] {
-                       vec ? launch_typed<kMode, float, true>(p, row_blocks, col_tiles, stream)
-                           : launch_typed<kMode, float, false>(p, row_blocks, col_tiles, stream);
-                     }) AT_DISPATCH_CASE(at::kHalf, [&] {
-                       vec ? launch_typed<kMode, __half, true>(p, row_blocks, col_tiles, stream)
-                           : launch_typed<kMode, __half, false>(p, row_blocks, col_tiles, stream);
-                     }) AT_DISPATCH_CASE(at::kBFloat16, [&] {
-                       vec ? launch_typed<kMode, __nv_bfloat16, true>(p, row_blocks, col_tiles, stream)
-                           : launch_typed<kMode, __nv_bfloat16, false>(p, row_blocks, col_tiles, stream);
-                     }));
+                     AT_DISPATCH_CASE(at::kFloat, [&] { typed(float{}); })
+                     AT_DISPATCH_CASE(at::kHalf, [&] { typed(__half{}); })
+                     AT_DISPATCH_CASE(at::kBFloat16, [&] { typed(__nv_bfloat16{}); }));
 }
 
 QuantizeParams base_params(const at::Tensor& x, bool ue8m0) {
@@ -137,7 +195,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_rowwise_cuda(const at::Ten
   at::Tensor scales = empty_mn_major_scales(x, x.size(0), ceil_div(x.size(1), kScaleBlockK));
   QuantizeParams p = base_params(x, ue8m0);
   set_rowwise(p, q, scales);
-  launch<QuantMode::Rowwise>(x, p, ceil_div(p.rows, quant::kTileRows));
+  launch<QuantMode::Rowwise>(op, x, p, ceil_div(p.rows, quant::kTileRows));
   return {q, scales};
 }
 
@@ -150,7 +208,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_cuda(const at::Ten
   at::Tensor scales_t = empty_mn_major_scales(x, x.size(1), ceil_div(x.size(0), kScaleBlockK));
   QuantizeParams p = base_params(x, ue8m0);
   set_colwise(p, q_t, scales_t);
-  launch<QuantMode::Colwise>(x, p, ceil_div(p.rows, quant::kTileRows));
+  launch<QuantMode::Colwise>(op, x, p, ceil_div(p.rows, quant::kTileRows));
   return {q_t, scales_t};
 }
 
@@ -167,7 +225,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_bo
   QuantizeParams p = base_params(x, ue8m0);
   set_rowwise(p, q, scales);
   set_colwise(p, q_t, scales_t);
-  launch<QuantMode::Both>(x, p, ceil_div(p.rows, quant::kTileRows));
+  launch<QuantMode::Both>(op, x, p, ceil_div(p.rows, quant::kTileRows));
   return {q, scales, q_t, scales_t};
 }
 
@@ -207,7 +265,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(cons
   QuantizeParams p = base_params(x, ue8m0);
   set_colwise(p, q_t, scales_t);
   p.row_blocks = tp.row_blocks;
-  launch<QuantMode::ColwiseSegments>(x, p, row_blocks);
+  launch<QuantMode::ColwiseSegments>(op, x, p, row_blocks);
   return {q_t, scales_t};
 }
 

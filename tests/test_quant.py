@@ -395,6 +395,74 @@ def test_gpu_special_blocks(op, dtype):
         _check_gpu_op(op, x, ue8m0)
 
 
+def _division_edge_cases(rows: int, seed: int = 53) -> torch.Tensor:
+    """float32 [rows, 128] rows that each form one block: element 0 fixes the amax A (so the scale is
+    s = RN(A / 448)), the others sit where x / s is hard to get right: e4m3 rounding boundaries M * s (ties
+    of e4m3, normal and subnormal) and their fp32 neighbours up to 3 ulps away, values next to A = 448 s,
+    tiny and subnormal values, signed zeros."""
+    rng = np.random.default_rng(seed)
+    e4m3_values = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()
+    boundaries = ((e4m3_values[1:] + e4m3_values[:-1]) / 2).astype(np.float32)  # 2^-10 ... 432
+    out = np.zeros((rows, 128), dtype=np.float32)
+    for r in range(rows):
+        # amax: random significand (the hard cases depend on it), magnitudes from 1e-3 to 1e6
+        a = np.float32(rng.uniform(1.0, 2.0) * 2.0 ** rng.integers(-10, 20))
+        s = np.float32(max(a, np.float32(1e-4)) / np.float32(448.0))
+        row = [a]
+        for m in rng.choice(boundaries, size=16, replace=False):
+            c = np.float32(m * s)
+            row += [c, np.nextafter(c, np.float32(np.inf)), np.nextafter(c, np.float32(-np.inf))]
+            c3 = c
+            for _ in range(3):
+                c3 = np.nextafter(c3, np.float32(np.inf))
+            row.append(c3)
+        near = a
+        for _ in range(4):
+            near = np.nextafter(near, np.float32(0))
+            row.append(near)
+        row += [np.float32(1e-30), np.float32(-1e-30), np.float32(1e-40), np.float32(-1e-40), np.float32(0.0),
+                np.float32(-0.0), np.float32(2.0**-11) * s, np.float32(-(2.0**-11)) * s]
+        vals = np.array(row[:128], dtype=np.float32)
+        signs = np.where(rng.random(vals.shape[0]) < 0.5, -1, 1).astype(np.float32)
+        signs[0] = 1
+        vals[1:] *= signs[1:]
+        out[r, : vals.shape[0]] = vals
+    return torch.from_numpy(out)
+
+
+@sm90
+@pytest.mark.parametrize("op", ["rowwise", "colwise", "both"])
+def test_gpu_division_edge_cases(op):
+    # The kernels divide by the scale with a reciprocal and two fmas (quantize_numerics.cuh); these
+    # blocks put quotients on and next to e4m3 ties, next to 448, and in the tiny and signed-zero range.
+    # Column-wise: the same blocks, transposed, so that they are column blocks.
+    x = _division_edge_cases(384)
+    if op != "rowwise":
+        x = x.t().contiguous()
+    for ue8m0 in (False, True):
+        _check_gpu_op(op, x, ue8m0)
+    if op == "rowwise":
+        for dtype in (torch.bfloat16, torch.float16):
+            _check_gpu_op(op, x.to(dtype), False)
+
+
+@sm90
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["rowwise", "colwise", "both"])
+def test_gpu_many_tiles_per_cta(op, dtype):
+    # Far more tiles than SMs: the persistent kernels loop, and the TMA ring wraps around many times.
+    x = _random_x(6000, 2056, dtype, seed=59)
+    _check_gpu_op(op, x, False)
+
+
+@sm90
+def test_gpu_segments_many_tiles_per_cta():
+    rows = 6000
+    sizes = torch.tensor([1000, 37, 0, 2963, 5, 1995], dtype=torch.int32)  # unaligned segment starts
+    x = _random_x(rows, 1032, torch.bfloat16, seed=61)
+    _check_gpu_op("segments", x, False, sizes)
+
+
 @sm90
 @pytest.mark.parametrize("op", ["rowwise", "colwise", "both"])
 def test_gpu_unaligned_x_takes_the_scalar_path(op):

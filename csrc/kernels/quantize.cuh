@@ -1,50 +1,33 @@
-// \brief Torch-free device code of the FP8 1x128 quantization kernels (row-wise, column-wise/transposed,
-// both at once, and column-wise over per-expert row segments).
+// \brief Torch-free device code of the FP8 1x128 quantization: the parameters every kernel takes, the
+// generic tile kernel (any alignment, any C: the path of inputs the vector kernels cannot take), and the
+// segment-table kernel of the MoE path. The fast kernels: quantize_rowwise.cuh (row-wise) and
+// quantize_colwise_sm90.cuh (column-wise, both, segments). Numerics: quantize_numerics.cuh.
 //
-// Numerics (python/wgrad/reference.py is the definition; these kernels match it bit for bit):
-//   a      = |x| in fp32, with NaN and +-Inf mapped to +Inf
-//   amax   = max of a over the 128-element block
-//   block with amax == +Inf (any NaN or Inf in it): scale = NaN (0x7FC00000), every q = NaN (0x7F)
-//   else   scale = max(amax, 1e-4f) / 448            (IEEE fp32 division)
-//          ue8m0: scale = 2^ceil(log2(scale))        (exact, from the fp32 bits)
-//          q = e4m3_rne(clamp(x / scale, -448, 448)) (IEEE fp32 division)
-//
-// One CTA quantizes a 128 x 128 tile of x [R, C] (row-major). Each thread holds 4 consecutive rows x 8
-// consecutive columns, so that
+// Generic tile kernel: one CTA quantizes a 128 x 128 tile of x [R, C] (row-major). Each thread holds 4
+// consecutive rows x 8 consecutive columns, so that
 //   - a row of the tile is 16 threads (one half-warp): row amax = 4 xor-shuffles;
 //   - the 4 rows of one column make one 32-bit word of the transposed output q_t, staged in shared memory
 //     and written to global memory as 16-byte rows of q_t.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
-#include <cfloat>
 #include <cstdint>
 
 #include "layout.h"
+#include "quantize_numerics.cuh"
 
 namespace wgrad::quant {
 
-constexpr int kBlock = 128;                                 // 1x128 scaling block
 constexpr int kTileRows = kBlock;                           // one column block per CTA
 constexpr int kTileCols = kBlock;                           // one row block per CTA
-constexpr int kColsPerThread = 8;                           // one 16-byte load of bf16/fp16
 constexpr int kRowsPerThread = 4;                           // one 32-bit word of q_t per column
 constexpr int kColGroups = kTileCols / kColsPerThread;      // 16 threads cover one tile row
 constexpr int kRowGroups = kTileRows / kRowsPerThread;      // 32
 constexpr int kThreads = kColGroups * kRowGroups;           // 512
 constexpr int kWarps = kThreads / 32;                       // 16
-constexpr int kMinCtasPerSm = 2;                            // caps registers at 64 per thread
+constexpr int kMinCtasPerSm = 1;                            // Both needs > 64 registers (no spills)
 constexpr int kQtWordsPerCol = kTileRows / 4;               // 32 words = 128 bytes of q_t per column
 constexpr int kQtChunksPerCol = kTileRows / 16;             // 8 16-byte chunks per column
 constexpr int kTableThreads = 1024;                         // the segment-table kernel is one CTA
-
-constexpr float kE4m3Max = 448.0f;
-constexpr float kAmaxFloor = 1e-4f;
-constexpr uint32_t kScaleNanBits = 0x7FC00000u;  // scale of a block holding NaN or Inf
-constexpr uint8_t kQNan = 0x7F;                  // e4m3fn NaN: every q of such a block
 
 static_assert(kColGroups == 16, "row amax reduces over the 16 lanes of a half-warp");
 static_assert(kRowGroups == 2 * kWarps, "a warp holds two row groups (lanes 0-15 and 16-31)");
@@ -77,7 +60,7 @@ struct QuantizeParams {
   float* scales_t;        // colwise: (c, rb) at rb * scales_t_ld + c
   int64_t scales_t_ld;
 
-  const RowBlock* row_blocks;  // ColwiseSegments: one entry per scale column (gridDim.x of them)
+  const RowBlock* row_blocks;  // ColwiseSegments: one entry per scale column (row block)
 };
 
 struct SegmentTableParams {
@@ -89,70 +72,6 @@ struct SegmentTableParams {
   int32_t* segment_block_start;  // [num_segments] scratch
   RowBlock* row_blocks;   // [num_row_blocks] output
 };
-
-// ------------------------------------------------------------------ numerics --------------------------
-
-// |v| with NaN and Inf mapped to +Inf, so that one max-reduction also detects non-finite blocks
-// (fmaxf would silently drop a NaN).
-__device__ __forceinline__ float abs_or_inf(float v) {
-  const float a = fabsf(v);
-  return a <= FLT_MAX ? a : __int_as_float(0x7F800000);
-}
-
-__device__ __forceinline__ float block_scale(float amax, bool ue8m0) {
-  if (!(amax <= FLT_MAX)) return __uint_as_float(kScaleNanBits);
-  const float s = __fdiv_rn(fmaxf(amax, kAmaxFloor), kE4m3Max);
-  if (!ue8m0) return s;
-  // s is a positive normal number (>= 1e-4 / 448), so rounding up to a power of two is: keep it if the
-  // mantissa is zero, else bump the exponent and clear the mantissa. Never overflows (s < 2^120).
-  uint32_t bits = __float_as_uint(s);
-  if (bits & 0x007FFFFFu) bits = (bits & 0x7F800000u) + 0x00800000u;
-  return __uint_as_float(bits);
-}
-
-// Quantizes v0, v1 with one block's scale into two e4m3 bytes (v0 in the low byte).
-// inv_scale is 1 / scale, exact when ue8m0 (a power of two): then v * inv_scale is bit-identical to
-// v / scale, and cheaper.
-__device__ __forceinline__ uint32_t quantize_pair(float v0, float v1, float scale, float inv_scale, bool ue8m0) {
-  float t0, t1;
-  if (ue8m0) {
-    t0 = v0 * inv_scale;
-    t1 = v1 * inv_scale;
-  } else {
-    t0 = __fdiv_rn(v0, scale);
-    t1 = __fdiv_rn(v1, scale);
-  }
-  t0 = fminf(fmaxf(t0, -kE4m3Max), kE4m3Max);
-  t1 = fminf(fmaxf(t1, -kE4m3Max), kE4m3Max);
-  const uint32_t pair = __nv_cvt_float2_to_fp8x2(make_float2(t0, t1), __NV_SATFINITE, __NV_E4M3);
-  return isnan(scale) ? (uint32_t(kQNan) | (uint32_t(kQNan) << 8)) : pair;
-}
-
-__device__ __forceinline__ float inverse_scale(float scale, bool ue8m0) {
-  return ue8m0 ? __frcp_rn(scale) : 0.0f;
-}
-
-// ------------------------------------------------------------------ loads -----------------------------
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// 8 consecutive elements starting at p (16-byte aligned for 16-bit types, 32-byte for fp32).
-template <typename T>
-__device__ __forceinline__ void load8_vec(const T* p, float (&v)[8]) {
-  if constexpr (sizeof(T) == 4) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-  } else {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = to_float(e[j]);
-  }
-}
 
 // ------------------------------------------------------------------ q_t staging -----------------------
 // Shared memory holds the tile's q_t as [kTileCols][32 words]; word w of column c sits at w ^ swz(c).
@@ -172,7 +91,7 @@ __device__ __forceinline__ uint4 qt_staged_chunk(const uint32_t* s_qt, int col, 
   return (swz & 2) ? make_uint4(raw.z, raw.w, raw.x, raw.y) : raw;
 }
 
-// ------------------------------------------------------------------ the tile kernel -------------------
+// ------------------------------------------------------------------ the generic tile kernel -----------
 // grid.x: row blocks (128-row blocks of x, or the entries of row_blocks for ColwiseSegments); grid.y:
 // 128-column tiles. (A 1-D grid with column tiles fastest measured the same on H200 and spilled.)
 // kVec: cols % 8 == 0 and x 16-byte aligned, so every thread's 8 columns are one aligned vector load
@@ -227,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
     const T* src = x + (row_start + local_row) * p.cols + thread_col;
     if constexpr (kVec) {
       if (row_ok && thread_col < p.cols) {
-        load8_vec(src, v[i]);
+        load8_global(src, v[i]);
       } else {
 #pragma unroll
         for (int j = 0; j < kColsPerThread; ++j) v[i][j] = 0.0f;
@@ -252,24 +171,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
         amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
       }
       const float scale = block_scale(amax, p.ue8m0);
-      const float inv_scale = inverse_scale(scale, p.ue8m0);
+      const float inv_scale = scale_reciprocal(scale);
       const int local_row = row_group * kRowsPerThread + i;
       if (local_row >= row_count) continue;
       const int64_t row = row_start + local_row;
       if (col_group == 0) p.scales[col_tile * p.scales_ld + row] = scale;
-      uint32_t packed[kColsPerThread / 4];
-#pragma unroll
-      for (int j = 0; j < kColsPerThread; j += 4) {
-        packed[j / 4] = quantize_pair(v[i][j], v[i][j + 1], scale, inv_scale, p.ue8m0) |
-                        (quantize_pair(v[i][j + 2], v[i][j + 3], scale, inv_scale, p.ue8m0) << 16);
-      }
+      const uint2 packed = quantize_eight(v[i], scale, inv_scale);
       uint8_t* dst = p.q + row * p.cols + thread_col;
       if constexpr (kVec) {
-        if (thread_col < p.cols) *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+        if (thread_col < p.cols) *reinterpret_cast<uint2*>(dst) = packed;
       } else {
 #pragma unroll
         for (int j = 0; j < kColsPerThread; ++j) {
-          if (thread_col + j < p.cols) dst[j] = uint8_t(packed[j / 4] >> (8 * (j % 4)));
+          if (thread_col + j < p.cols) dst[j] = uint8_t((j < 4 ? packed.x : packed.y) >> (8 * (j % 4)));
         }
       }
     }
@@ -312,9 +226,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
     for (int j = 0; j < kColsPerThread; ++j) {
       const int col = col_group * kColsPerThread + j;
       const float scale = s_col_scale[col];
-      const float inv_scale = inverse_scale(scale, p.ue8m0);
-      const uint32_t word = quantize_pair(v[0][j], v[1][j], scale, inv_scale, p.ue8m0) |
-                            (quantize_pair(v[2][j], v[3][j], scale, inv_scale, p.ue8m0) << 16);
+      const uint32_t word = quantize_quad(v[0][j], v[1][j], v[2][j], v[3][j], scale, scale_reciprocal(scale));
       s_qt[col * kQtWordsPerCol + (row_group ^ qt_swizzle(col))] = word & row_mask;
     }
     __syncthreads();

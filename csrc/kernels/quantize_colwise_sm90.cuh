@@ -1,0 +1,347 @@
+// \brief Column-wise FP8 1x128 quantization on SM90 (also "both" and the MoE segments): a persistent,
+// warp-specialized kernel. One producer warp streams 128 x 128 tiles of x into a ring of shared-memory
+// stages with TMA; eight consumer warps quantize each tile and write q_t (and, in Both, q). Torch-free.
+//
+// Why this shape (the v1 tile kernel reached 49-59 % of a copy; see docs/perf-notes.md, "Quantization
+// kernels v2"):
+//   - a column block needs all 128 rows before its first q: the tile has to be complete on chip. v1 held
+//     it in registers of one CTA, so nothing was in flight while the CTA reduced, synchronised and stored.
+//     Here the TMA ring keeps kStages - 1 tiles (96 KB of bf16, 128 KB of fp32) in flight per SM while
+//     the consumers work on the current one; a stage is released as soon as its tile is in registers.
+//   - TMA zero-fills rows past R and columns past C: missing elements never change an amax, and no
+//     thread checks bounds on loads. (Segments: rows past the segment are real data and are masked;
+//     16-row boxes past the segment are not read at all, see kBoxRows.)
+//   - q_t is staged transposed in shared memory (8-byte slots, XOR-swizzled so that neither the staging
+//     stores nor the 16-byte reads conflict) and written as full 128-byte lines: 8 lanes per column.
+//
+// Thread layout of a consumer (tid < 256): column group cc = tid % 16 (tile columns [8 cc, 8 cc + 8)),
+// row group rg = tid / 16 (tile rows [8 rg, 8 rg + 8)); so a warp holds 16 rows x 128 columns, a tile row
+// is a half-warp (row amax for Both: 4 xor-shuffles) and a thread's 8 rows of one column are 8 bytes of
+// q_t (one staging slot).
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "layout.h"
+#include "quantize.cuh"
+#include "quantize_numerics.cuh"
+
+namespace wgrad::quant {
+
+template <typename T>
+struct ColwiseSm90Config {
+  static constexpr int kTileRows = kBlock;  // one column block
+  static constexpr int kTileCols = kBlock;  // one row block (Both)
+  // 4 x 32 KB (bf16/fp16) or 3 x 64 KB (fp32) of stages: 3 tiles in flight while one is consumed,
+  // within the 227 KB of shared memory of an SM (one CTA per SM).
+  static constexpr int kStages = sizeof(T) == 4 ? 3 : 4;
+  static constexpr int kConsumerThreads = 256;
+  static constexpr int kConsumerWarps = kConsumerThreads / 32;
+  static constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
+  static constexpr int kColGroups = kTileCols / kColsPerThread;  // 16
+  static constexpr int kRowGroups = kConsumerThreads / kColGroups;  // 16
+  static constexpr int kRowsPerThread = kTileRows / kRowGroups;  // 8: one 8-byte slot of q_t
+  static constexpr int kQtSlots = kTileRows / 8;                 // 8-byte slots per staged column
+  static constexpr int kQtChunks = kTileRows / 16;               // 16-byte chunks per staged column
+  static constexpr uint32_t kTileBytes = kTileRows * kTileCols * sizeof(T);
+  // A tile is loaded as 8 boxes of 16 rows. A box wholly past the block's rows is aimed past R instead:
+  // TMA zero-fills it without reading memory, and still counts its bytes. So a segment's last, partial
+  // block reads at most 15 rows of the next segment, not up to 127.
+  static constexpr int kBoxRows = 16;
+  static constexpr int kBoxesPerTile = kTileRows / kBoxRows;
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = cutlass::PipelineState<kStages>;
+
+  struct SharedStorage {
+    alignas(128) T x[kStages][kTileRows * kTileCols];   // (TILE_R,TILE_C,PIPE) row-major tiles
+    alignas(16) uint2 qt[kTileCols][kQtSlots];          // staged q_t: slot s of column c at s ^ swz(c)
+    alignas(16) uint32_t col_amax[kConsumerWarps][kTileCols];  // |bits| maxima, see quantize_numerics.cuh
+    alignas(16) float col_scale[kTileCols];
+    alignas(16) float col_inv_scale[kTileCols];
+    typename Pipeline::SharedStorage pipeline;
+  };
+
+  static_assert(kColGroups == 16 && kRowGroups == 16, "a half-warp is one tile row; a warp two row groups");
+  static_assert(kRowsPerThread == 8, "a thread's rows of one column are one 8-byte staging slot");
+};
+
+struct ColwiseSm90Params {
+  CUtensorMap tma_x;  // x [R, C], box 128 x 16 (columns x rows), zero fill out of bounds
+  QuantizeParams q;
+  int64_t num_row_blocks;  // 128-row blocks, or the entries of q.row_blocks (ColwiseSegments)
+  int64_t num_col_tiles;   // ceil(C / 128)
+};
+
+// Named barriers of the consumer warps (offset past CUTLASS's reserved ids by NamedBarrier).
+enum class QuantBarrierId : uint32_t { Consumers = 0 };
+
+struct QuantTile {
+  int64_t row_block;
+  int64_t col_tile;
+  int64_t row_start;
+  int row_count;  // <= 0: no rows (ColwiseSegments: unused scale column, or invalid sizes)
+};
+
+template <QuantMode kMode>
+__device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params, int64_t tile) {
+  QuantTile t;
+  t.row_block = tile / params.num_col_tiles;
+  t.col_tile = tile - t.row_block * params.num_col_tiles;
+  if constexpr (kMode == QuantMode::ColwiseSegments) {
+    const RowBlock rb = params.q.row_blocks[t.row_block];
+    t.row_start = rb.row_start;
+    t.row_count = rb.row_count;
+  } else {
+    t.row_start = t.row_block * kBlock;
+    const int64_t left = params.q.rows - t.row_start;
+    t.row_count = static_cast<int>(left < kBlock ? left : kBlock);
+  }
+  return t;
+}
+
+// Staging slot of a column's 8-byte slot s: XOR with bits 3..6 of the column. A consumer's staging
+// store (16 lanes: 16 column groups, one slot each) then hits 16 different slot positions = all 32
+// banks; a 16-byte chunk (slots 2m, 2m+1) stays one aligned physical chunk, halves swapped when bit 0
+// of the swizzle is set.
+__device__ __forceinline__ int qt_slot_swizzle(int col) { return (col >> 3) & 15; }
+
+// Logical 16-byte chunk m (rows 16 m .. 16 m + 15) of staged column col; zeros outside [0, 8).
+template <class Storage>
+__device__ __forceinline__ uint4 qt_chunk(const Storage& smem, int col, int m) {
+  if (m < 0 || m >= 8) return make_uint4(0u, 0u, 0u, 0u);
+  const int swz = qt_slot_swizzle(col);
+  const uint4 raw = *reinterpret_cast<const uint4*>(&smem.qt[col][((2 * m) ^ swz) & ~1]);
+  return (swz & 1) ? make_uint4(raw.z, raw.w, raw.x, raw.y) : raw;
+}
+
+// Staged bytes [16 k - shift, 16 k - shift + 16) of column col (shift in [1, 15]): the last `shift`
+// bytes of chunk k - 1 followed by the first 16 - shift bytes of chunk k. shift is uniform across the
+// CTA, so the word selection below is uniform branches, never dynamic register indexing.
+template <class Storage>
+__device__ __forceinline__ uint4 qt_shifted_chunk(const Storage& smem, int col, int k, int shift) {
+  const uint4 a = qt_chunk(smem, col, k - 1);
+  const uint4 b = qt_chunk(smem, col, k);
+  uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  const int start = 16 - shift;  // first byte, in [1, 15]
+  if (start & 8) {
+#pragma unroll
+    for (int i = 0; i < 6; ++i) w[i] = w[i + 2];
+  }
+  if (start & 4) {
+#pragma unroll
+    for (int i = 0; i < 5; ++i) w[i] = w[i + 1];
+  }
+  const int bits = 8 * (start & 3);
+  return make_uint4(__funnelshift_r(w[0], w[1], bits), __funnelshift_r(w[1], w[2], bits),
+                    __funnelshift_r(w[2], w[3], bits), __funnelshift_r(w[3], w[4], bits));
+}
+
+template <typename T, QuantMode kMode>
+__global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
+    quantize_fp8_1x128_colwise_sm90_kernel(const __grid_constant__ ColwiseSm90Params params) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Cfg = ColwiseSm90Config<T>;
+  using Pipeline = typename Cfg::Pipeline;
+  constexpr bool kRow = has_rowwise(kMode);
+  static_assert(has_colwise(kMode), "row-wise alone: quantize_rowwise.cuh");
+
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw);
+  const QuantizeParams& p = params.q;
+  const int tid = threadIdx.x;
+  const bool producer = tid >= Cfg::kConsumerThreads;
+
+  if (tid == Cfg::kConsumerThreads) cute::prefetch_tma_descriptor(&params.tma_x);
+  typename Pipeline::Params pipeline_params;
+  pipeline_params.transaction_bytes = Cfg::kTileBytes;  // TMA counts the zero-filled bytes too
+  pipeline_params.role = producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pipeline_params.is_leader = tid == Cfg::kConsumerThreads;
+  // One CTA (no cluster): every consumer thread arrives on a stage's empty barrier after its own reads.
+  pipeline_params.num_consumers = Cfg::kConsumerThreads;
+  Pipeline pipeline(smem.pipeline, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  __syncthreads();  // barriers initialised before anyone waits on them
+
+  const int64_t num_tiles = params.num_row_blocks * params.num_col_tiles;
+
+  // ---------------------------------------------------------------- producer: one thread
+  if (producer) {
+    if (tid == Cfg::kConsumerThreads) {
+      constexpr uint64_t kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
+      auto state = cutlass::make_producer_start_state<Pipeline>();
+      for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+        const QuantTile t = quant_tile<kMode>(params, tile);
+        if (t.row_count <= 0) continue;  // the consumers skip it too
+        pipeline.producer_acquire(state);
+        uint64_t* bar = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(state));
+        const int32_t col = static_cast<int32_t>(t.col_tile * Cfg::kTileCols);
+#pragma unroll
+        for (int b = 0; b < Cfg::kBoxesPerTile; ++b) {
+          const int r = b * Cfg::kBoxRows;
+          const int32_t row = r < t.row_count ? static_cast<int32_t>(t.row_start + r) : static_cast<int32_t>(p.rows);
+          cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, smem.x[state.index()] + r * Cfg::kTileCols,
+                                       col, row);
+        }
+        ++state;
+      }
+      pipeline.producer_tail(state);
+    }
+    return;
+  }
+
+  // ---------------------------------------------------------------- consumers
+  const int cc = tid % Cfg::kColGroups;
+  const int rg = tid / Cfg::kColGroups;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  auto consumers_sync = [] {
+    cutlass::arch::NamedBarrier::sync(Cfg::kConsumerThreads, static_cast<uint32_t>(QuantBarrierId::Consumers));
+  };
+  typename Cfg::PipelineState state;
+
+  for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    const QuantTile t = quant_tile<kMode>(params, tile);
+    const int64_t tile_col = t.col_tile * Cfg::kTileCols;
+    if constexpr (kMode == QuantMode::ColwiseSegments) {
+      if (t.row_count <= 0) {
+        // Unused trailing scale column (0), or invalid segment sizes (NaN, so that any GEMM that consumes
+        // these scales produces NaN instead of a silently wrong result).
+        const float fill = t.row_count == 0 ? 0.0f : __uint_as_float(kScaleNanBits);
+        if (tid < Cfg::kTileCols && tile_col + tid < p.cols) {
+          p.scales_t[t.row_block * p.scales_t_ld + tile_col + tid] = fill;
+        }
+        continue;
+      }
+    }
+
+    // ---- tile rows [8 rg, 8 rg + 8), columns [8 cc, 8 cc + 8) into registers (raw); release the stage.
+    RawVec<T> raw[Cfg::kRowsPerThread];
+    pipeline.consumer_wait(state);
+    const T* s_x = smem.x[state.index()];
+#pragma unroll
+    for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
+      load8_shared_raw(s_x + (rg * Cfg::kRowsPerThread + i) * Cfg::kTileCols + cc * kColsPerThread, raw[i]);
+    }
+    pipeline.consumer_release(state);
+    ++state;
+    // Rows past the block: zero-filled by TMA past R, but a segment's neighbour rows are data.
+    const int valid_rows = t.row_count - rg * Cfg::kRowsPerThread;
+    if (valid_rows < Cfg::kRowsPerThread) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
+#pragma unroll
+        for (int k = 0; k < RawVec<T>::kLoads; ++k) {
+          if (i >= valid_rows) raw[i].raw[k] = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+
+    // ---- Both: the row-wise outputs (a tile row is one half-warp; columns past C are zero-filled)
+    if constexpr (kRow) {
+      const int64_t col = tile_col + cc * kColsPerThread;
+#pragma unroll
+      for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
+        uint32_t bits = fold_abs_bits<T>(abs_bits_max(raw[i], 0u));
+#pragma unroll
+        for (int offset = Cfg::kColGroups / 2; offset > 0; offset >>= 1) {
+          bits = max(bits, __shfl_xor_sync(0xFFFFFFFFu, bits, offset));
+        }
+        if (i >= valid_rows) continue;
+        const int64_t row = t.row_start + rg * Cfg::kRowsPerThread + i;
+        const float scale = block_scale(amax_from_bits<T>(bits), p.ue8m0);
+        float v[kColsPerThread];
+        unpack8(raw[i], v);
+        const uint2 packed = quantize_eight(v, scale, scale_reciprocal(scale));
+        if (cc == 0) p.scales[t.col_tile * p.scales_ld + row] = scale;
+        if (col < p.cols) *reinterpret_cast<uint2*>(p.q + row * p.cols + col) = packed;
+      }
+    }
+
+    // ---- column amax (as |bits|): 8 rows in the thread, 2 row groups in the warp, 8 warps through
+    // shared memory
+    {
+      uint32_t amax[kColsPerThread];
+#pragma unroll
+      for (int j = 0; j < kColsPerThread; ++j) {
+        amax[j] = element_abs_bits(raw[0], j);
+#pragma unroll
+        for (int i = 1; i < Cfg::kRowsPerThread; ++i) amax[j] = max(amax[j], element_abs_bits(raw[i], j));
+        amax[j] = max(amax[j], __shfl_xor_sync(0xFFFFFFFFu, amax[j], Cfg::kColGroups));
+      }
+      if (lane < Cfg::kColGroups) {
+        uint4* dst = reinterpret_cast<uint4*>(&smem.col_amax[warp][cc * kColsPerThread]);
+        dst[0] = make_uint4(amax[0], amax[1], amax[2], amax[3]);
+        dst[1] = make_uint4(amax[4], amax[5], amax[6], amax[7]);
+      }
+    }
+    consumers_sync();  // (1) partial amaxes written
+    if (tid < Cfg::kTileCols) {
+      uint32_t bits = smem.col_amax[0][tid];
+#pragma unroll
+      for (int w = 1; w < Cfg::kConsumerWarps; ++w) bits = max(bits, smem.col_amax[w][tid]);
+      const float scale = block_scale(amax_from_bits<T>(bits), p.ue8m0);
+      smem.col_scale[tid] = scale;
+      smem.col_inv_scale[tid] = scale_reciprocal(scale);
+      if (tile_col + tid < p.cols) p.scales_t[t.row_block * p.scales_t_ld + tile_col + tid] = scale;
+    }
+    consumers_sync();  // (2) scales ready
+
+    // ---- quantize and stage: column j's 8 rows are one slot (rows past the block staged as 0, even in a
+    // NaN block: they may land in q_t's padding).
+    {
+      float v[Cfg::kRowsPerThread][kColsPerThread];
+#pragma unroll
+      for (int i = 0; i < Cfg::kRowsPerThread; ++i) unpack8(raw[i], v[i]);
+      const uint32_t mask_lo = valid_rows >= 4 ? 0xFFFFFFFFu : (valid_rows <= 0 ? 0u : (1u << (8 * valid_rows)) - 1u);
+      const int hi_rows = valid_rows - 4;
+      const uint32_t mask_hi = hi_rows >= 4 ? 0xFFFFFFFFu : (hi_rows <= 0 ? 0u : (1u << (8 * hi_rows)) - 1u);
+#pragma unroll
+      for (int j = 0; j < kColsPerThread; ++j) {
+        const int col = cc * kColsPerThread + j;
+        const float scale = smem.col_scale[col];
+        const float inv_scale = smem.col_inv_scale[col];
+        const uint32_t lo = quantize_quad(v[0][j], v[1][j], v[2][j], v[3][j], scale, inv_scale) & mask_lo;
+        const uint32_t hi = quantize_quad(v[4][j], v[5][j], v[6][j], v[7][j], scale, inv_scale) & mask_hi;
+        smem.qt[col][rg ^ qt_slot_swizzle(col)] = make_uint2(lo, hi);
+      }
+    }
+    consumers_sync();  // (3) q_t staged
+
+    // ---- store q_t rows [row_start, row_start + write_count) of every column of the tile, as 16-byte
+    // chunks aligned in q_t (its row stride is a multiple of 16). The block that ends at row R also writes
+    // q_t's padding [R, q_t_ld) (zeros: staged past the block), so q_t never holds uninitialised bytes.
+    // A segment may start inside a chunk: its first and last chunks are written byte by byte, leaving the
+    // neighbours' bytes alone.
+    {
+      const int64_t end = t.row_start + t.row_count == p.rows ? p.q_t_ld : t.row_start + t.row_count;
+      const int shift = static_cast<int>(t.row_start & 15);
+      const int64_t first_row = t.row_start - shift;  // 16-aligned
+      const int num_chunks = static_cast<int>((end - first_row + 15) / 16);  // <= 9
+      for (int task = tid; task < Cfg::kTileCols * num_chunks; task += Cfg::kConsumerThreads) {
+        const int col = task / num_chunks;
+        const int k = task - col * num_chunks;
+        if (tile_col + col >= p.cols) continue;
+        const uint4 data = shift == 0 ? qt_chunk(smem, col, k) : qt_shifted_chunk(smem, col, k, shift);
+        const int64_t chunk_row = first_row + 16 * k;
+        uint8_t* dst = p.q_t + (tile_col + col) * p.q_t_ld + chunk_row;
+        const int lo = chunk_row < t.row_start ? shift : 0;
+        const int hi = chunk_row + 16 > end ? static_cast<int>(end - chunk_row) : 16;
+        if (lo == 0 && hi == 16) {
+          *reinterpret_cast<uint4*>(dst) = data;
+        } else {
+          for (int b = lo; b < hi; ++b) dst[b] = chunk_byte(data, b);
+        }
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace wgrad::quant
