@@ -1,5 +1,6 @@
 """A few small GEMM calls for compute-sanitizer (memcheck, racecheck): partial tiles, a strided out,
-K not a multiple of 128, and both k-grouped layouts with an empty and an unaligned group."""
+K not a multiple of 128, and both k-grouped layouts with an empty and an unaligned group; the quantization
+kernels on awkward shapes."""
 
 import torch
 
@@ -42,6 +43,16 @@ def main():
     a = torch.randn(m * sum(ks), device=dev).to(torch.float8_e4m3fn)
     b = torch.randn(n * sum(ks), device=dev).to(torch.float8_e4m3fn)
     wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a, scales(m, kb, dev)), (b, scales(n, kb, dev)), out, ks)
+    # Quantization: partial blocks, C % 8 != 0 (fallback path), several tiles per CTA, MoE segments with
+    # an empty and unaligned segments.
+    for r, c, dt in ((129, 100, torch.bfloat16), (1000, 257, torch.float32), (4097, 640, torch.bfloat16),
+                     (130, 136, torch.float16)):
+        x = torch.randn(r, c, device=dev, dtype=dt)
+        wgrad.quantize_fp8_1x128_rowwise(x)
+        wgrad.quantize_fp8_1x128_colwise(x)
+        wgrad.quantize_fp8_1x128_both(x, True)
+        sizes = [r // 3, 0, r - r // 3 - 17, 17]
+        wgrad.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes, dtype=torch.int32, device=dev))
     torch.cuda.synchronize()
     print("sanitizer cases done")
 
