@@ -144,8 +144,9 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p, int64_
     if constexpr (kMode == QuantMode::Rowwise) {
       vec ? launch_rowwise<T, true>(p, num_sms, stream) : launch_rowwise<T, false>(p, num_sms, stream);
     } else {
-      vec ? launch_colwise_sm90<kMode, T>(op, p, row_blocks, num_sms, stream)
-          : launch_generic<kMode, T>(p, row_blocks, col_tiles, stream);
+      // R == 0 (segments: only unused scale columns to zero) has no TMA view of x: the generic kernel.
+      vec && p.rows > 0 ? launch_colwise_sm90<kMode, T>(op, p, row_blocks, num_sms, stream)
+                        : launch_generic<kMode, T>(p, row_blocks, col_tiles, stream);
     }
   };
   AT_DISPATCH_SWITCH(x.scalar_type(), "quantize_fp8_1x128",

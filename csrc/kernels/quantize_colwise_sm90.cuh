@@ -1,6 +1,7 @@
 // \brief Column-wise FP8 1x128 quantization on SM90 (also "both" and the MoE segments): a persistent,
 // warp-specialized kernel. One producer warp streams 128 x 128 tiles of x into a ring of shared-memory
-// stages with TMA; eight consumer warps quantize each tile and write q_t (and, in Both, q). Torch-free.
+// stages with TMA; consumer groups of eight warps (two groups for 16-bit x, one for fp32) take the tiles
+// in turn, quantize them and write q_t (and, in Both, q). Torch-free.
 //
 // Why this shape (the v1 tile kernel reached 49-59 % of a copy; see docs/perf-notes.md, "Quantization
 // kernels v2"):
@@ -14,10 +15,10 @@
 //   - q_t is staged transposed in shared memory (8-byte slots, XOR-swizzled so that neither the staging
 //     stores nor the 16-byte reads conflict) and written as full 128-byte lines: 8 lanes per column.
 //
-// Thread layout of a consumer (tid < 256): column group cc = tid % 16 (tile columns [8 cc, 8 cc + 8)),
-// row group rg = tid / 16 (tile rows [8 rg, 8 rg + 8)); so a warp holds 16 rows x 128 columns, a tile row
-// is a half-warp (row amax for Both: 4 xor-shuffles) and a thread's 8 rows of one column are 8 bytes of
-// q_t (one staging slot).
+// Thread layout of a consumer (tid = its index in its group, < 256): column group cc = tid % 16 (tile
+// columns [8 cc, 8 cc + 8)), row group rg = tid / 16 (tile rows [8 rg, 8 rg + 8)); so a warp holds 16
+// rows x 128 columns, a tile row is a half-warp (row amax for Both: 4 xor-shuffles) and a thread's 8
+// rows of one column are 8 bytes of q_t (one staging slot).
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -42,9 +43,14 @@ struct ColwiseSm90Config {
   // 4 x 32 KB (bf16/fp16) or 3 x 64 KB (fp32) of stages: 3 tiles in flight while one is consumed,
   // within the 227 KB of shared memory of an SM (one CTA per SM).
   static constexpr int kStages = sizeof(T) == 4 ? 3 : 4;
-  static constexpr int kConsumerThreads = 256;
+  static constexpr int kConsumerThreads = 256;  // one consumer group: 8 warps
   static constexpr int kConsumerWarps = kConsumerThreads / 32;
-  static constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
+  // Consumer groups work on different tiles at once (tiles alternate between them), so that one
+  // group's barriers and stores overlap the other's arithmetic: one group of 8 warps alone reached
+  // 62 % of a copy (docs/perf-notes.md). fp32 keeps one group: its registers (up to 150 per thread)
+  // would not fit twice.
+  static constexpr int kGroups = sizeof(T) == 4 ? 1 : 2;
+  static constexpr int kThreads = kGroups * kConsumerThreads + 32;  // + the producer warp
   static constexpr int kColGroups = kTileCols / kColsPerThread;  // 16
   static constexpr int kRowGroups = kConsumerThreads / kColGroups;  // 16
   static constexpr int kRowsPerThread = kTileRows / kRowGroups;  // 8: one 8-byte slot of q_t
@@ -60,12 +66,15 @@ struct ColwiseSm90Config {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
 
-  struct SharedStorage {
-    alignas(128) T x[kStages][kTileRows * kTileCols];   // (TILE_R,TILE_C,PIPE) row-major tiles
+  struct GroupStorage {  // one consumer group's scratch
     alignas(16) uint2 qt[kTileCols][kQtSlots];          // staged q_t: slot s of column c at s ^ swz(c)
     alignas(16) uint32_t col_amax[kConsumerWarps][kTileCols];  // |bits| maxima, see quantize_numerics.cuh
     alignas(16) float col_scale[kTileCols];
     alignas(16) float col_inv_scale[kTileCols];
+  };
+  struct SharedStorage {
+    alignas(128) T x[kStages][kTileRows * kTileCols];   // (TILE_R,TILE_C,PIPE) row-major tiles
+    GroupStorage group[kGroups];
     typename Pipeline::SharedStorage pipeline;
   };
 
@@ -81,6 +90,8 @@ struct ColwiseSm90Params {
 };
 
 // Named barriers of the consumer warps (offset past CUTLASS's reserved ids by NamedBarrier).
+// Named barriers of the consumer groups (offset past CUTLASS's reserved ids by NamedBarrier): group g
+// uses Consumers + g.
 enum class QuantBarrierId : uint32_t { Consumers = 0 };
 
 struct QuantTile {
@@ -157,14 +168,16 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
   auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw);
   const QuantizeParams& p = params.q;
   const int tid = threadIdx.x;
-  const bool producer = tid >= Cfg::kConsumerThreads;
+  constexpr int kProducerTid = Cfg::kGroups * Cfg::kConsumerThreads;
+  const bool producer = tid >= kProducerTid;
 
-  if (tid == Cfg::kConsumerThreads) cute::prefetch_tma_descriptor(&params.tma_x);
+  if (tid == kProducerTid) cute::prefetch_tma_descriptor(&params.tma_x);
   typename Pipeline::Params pipeline_params;
   pipeline_params.transaction_bytes = Cfg::kTileBytes;  // TMA counts the zero-filled bytes too
   pipeline_params.role = producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pipeline_params.is_leader = tid == Cfg::kConsumerThreads;
-  // One CTA (no cluster): every consumer thread arrives on a stage's empty barrier after its own reads.
+  pipeline_params.is_leader = tid == kProducerTid;
+  // One CTA (no cluster): every thread of the consumer group that read a stage arrives on its empty
+  // barrier; a stage is read by one group.
   pipeline_params.num_consumers = Cfg::kConsumerThreads;
   Pipeline pipeline(smem.pipeline, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   __syncthreads();  // barriers initialised before anyone waits on them
@@ -173,7 +186,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
 
   // ---------------------------------------------------------------- producer: one thread
   if (producer) {
-    if (tid == Cfg::kConsumerThreads) {
+    if (tid == kProducerTid) {
       constexpr uint64_t kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
       auto state = cutlass::make_producer_start_state<Pipeline>();
       for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
@@ -197,28 +210,40 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
   }
 
   // ---------------------------------------------------------------- consumers
-  const int cc = tid % Cfg::kColGroups;
-  const int rg = tid / Cfg::kColGroups;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  auto consumers_sync = [] {
-    cutlass::arch::NamedBarrier::sync(Cfg::kConsumerThreads, static_cast<uint32_t>(QuantBarrierId::Consumers));
+  // Group g takes the CTA's non-empty tiles number g, g + kGroups, ... (in the producer's order); its
+  // pipeline state steps over the other groups' stages.
+  const int group = threadIdx.x / Cfg::kConsumerThreads;
+  const int tid_g = threadIdx.x % Cfg::kConsumerThreads;
+  auto& gs = smem.group[group];
+  const int cc = tid_g % Cfg::kColGroups;
+  const int rg = tid_g / Cfg::kColGroups;
+  const int warp = tid_g / 32;
+  const int lane = tid_g % 32;
+  auto consumers_sync = [group] {
+    cutlass::arch::NamedBarrier::sync(Cfg::kConsumerThreads,
+                                      static_cast<uint32_t>(QuantBarrierId::Consumers) + static_cast<uint32_t>(group));
   };
   typename Cfg::PipelineState state;
+  int64_t seen = 0;  // non-empty tiles of this CTA so far
 
   for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
     const QuantTile t = quant_tile<kMode>(params, tile);
     const int64_t tile_col = t.col_tile * Cfg::kTileCols;
     if constexpr (kMode == QuantMode::ColwiseSegments) {
       if (t.row_count <= 0) {
+        if (group != 0) continue;
         // Unused trailing scale column (0), or invalid segment sizes (NaN, so that any GEMM that consumes
         // these scales produces NaN instead of a silently wrong result).
         const float fill = t.row_count == 0 ? 0.0f : __uint_as_float(kScaleNanBits);
-        if (tid < Cfg::kTileCols && tile_col + tid < p.cols) {
-          p.scales_t[t.row_block * p.scales_t_ld + tile_col + tid] = fill;
+        if (tid_g < Cfg::kTileCols && tile_col + tid_g < p.cols) {
+          p.scales_t[t.row_block * p.scales_t_ld + tile_col + tid_g] = fill;
         }
         continue;
       }
+    }
+    if (seen++ % Cfg::kGroups != group) {  // another group's tile: skip its stage
+      ++state;
+      continue;
     }
 
     // ---- tile rows [8 rg, 8 rg + 8), columns [8 cc, 8 cc + 8) into registers (raw); release the stage.
@@ -230,7 +255,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
       load8_shared_raw(s_x + (rg * Cfg::kRowsPerThread + i) * Cfg::kTileCols + cc * kColsPerThread, raw[i]);
     }
     pipeline.consumer_release(state);
-    ++state;
+    ++state;  // this tile's stage; the other groups' stages are stepped over as their tiles come
     // Rows past the block: zero-filled by TMA past R, but a segment's neighbour rows are data.
     const int valid_rows = t.row_count - rg * Cfg::kRowsPerThread;
     if (valid_rows < Cfg::kRowsPerThread) {
@@ -276,20 +301,20 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
         amax[j] = max(amax[j], __shfl_xor_sync(0xFFFFFFFFu, amax[j], Cfg::kColGroups));
       }
       if (lane < Cfg::kColGroups) {
-        uint4* dst = reinterpret_cast<uint4*>(&smem.col_amax[warp][cc * kColsPerThread]);
+        uint4* dst = reinterpret_cast<uint4*>(&gs.col_amax[warp][cc * kColsPerThread]);
         dst[0] = make_uint4(amax[0], amax[1], amax[2], amax[3]);
         dst[1] = make_uint4(amax[4], amax[5], amax[6], amax[7]);
       }
     }
     consumers_sync();  // (1) partial amaxes written
-    if (tid < Cfg::kTileCols) {
-      uint32_t bits = smem.col_amax[0][tid];
+    if (tid_g < Cfg::kTileCols) {
+      uint32_t bits = gs.col_amax[0][tid_g];
 #pragma unroll
-      for (int w = 1; w < Cfg::kConsumerWarps; ++w) bits = max(bits, smem.col_amax[w][tid]);
+      for (int w = 1; w < Cfg::kConsumerWarps; ++w) bits = max(bits, gs.col_amax[w][tid_g]);
       const float scale = block_scale(amax_from_bits<T>(bits), p.ue8m0);
-      smem.col_scale[tid] = scale;
-      smem.col_inv_scale[tid] = scale_reciprocal(scale);
-      if (tile_col + tid < p.cols) p.scales_t[t.row_block * p.scales_t_ld + tile_col + tid] = scale;
+      gs.col_scale[tid_g] = scale;
+      gs.col_inv_scale[tid_g] = scale_reciprocal(scale);
+      if (tile_col + tid_g < p.cols) p.scales_t[t.row_block * p.scales_t_ld + tile_col + tid_g] = scale;
     }
     consumers_sync();  // (2) scales ready
 
@@ -305,11 +330,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
 #pragma unroll
       for (int j = 0; j < kColsPerThread; ++j) {
         const int col = cc * kColsPerThread + j;
-        const float scale = smem.col_scale[col];
-        const float inv_scale = smem.col_inv_scale[col];
+        const float scale = gs.col_scale[col];
+        const float inv_scale = gs.col_inv_scale[col];
         const uint32_t lo = quantize_quad(v[0][j], v[1][j], v[2][j], v[3][j], scale, inv_scale) & mask_lo;
         const uint32_t hi = quantize_quad(v[4][j], v[5][j], v[6][j], v[7][j], scale, inv_scale) & mask_hi;
-        smem.qt[col][rg ^ qt_slot_swizzle(col)] = make_uint2(lo, hi);
+        gs.qt[col][rg ^ qt_slot_swizzle(col)] = make_uint2(lo, hi);
       }
     }
     consumers_sync();  // (3) q_t staged
@@ -324,11 +349,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
       const int shift = static_cast<int>(t.row_start & 15);
       const int64_t first_row = t.row_start - shift;  // 16-aligned
       const int num_chunks = static_cast<int>((end - first_row + 15) / 16);  // <= 9
-      for (int task = tid; task < Cfg::kTileCols * num_chunks; task += Cfg::kConsumerThreads) {
+      for (int task = tid_g; task < Cfg::kTileCols * num_chunks; task += Cfg::kConsumerThreads) {
         const int col = task / num_chunks;
         const int k = task - col * num_chunks;
         if (tile_col + col >= p.cols) continue;
-        const uint4 data = shift == 0 ? qt_chunk(smem, col, k) : qt_shifted_chunk(smem, col, k, shift);
+        const uint4 data = shift == 0 ? qt_chunk(gs, col, k) : qt_shifted_chunk(gs, col, k, shift);
         const int64_t chunk_row = first_row + 16 * k;
         uint8_t* dst = p.q_t + (tile_col + col) * p.q_t_ld + chunk_row;
         const int lo = chunk_row < t.row_start ? shift : 0;
