@@ -60,9 +60,6 @@ inline int choose_block_n(int64_t m, int64_t n, int64_t batches, const at::Tenso
     for (int bn : kBlockNCandidates) {
       if (bn == forced) return bn;
     }
-    for (int bn : kBlockNExperimental) {
-      if (bn == forced) return bn;
-    }
   }
   return select_block_n(m, n, batches, num_sms_of(out));
 }

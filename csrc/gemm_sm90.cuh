@@ -107,7 +107,6 @@ cudaError_t launch_gemm_sm90(const GemmParamsSm90<kMode>& p, int block_n, int nu
     case 128: return launch_gemm_sm90_bn<128>(p, num_sms, stream);
     case 144: return launch_gemm_sm90_bn<144>(p, num_sms, stream);
     case 160: return launch_gemm_sm90_bn<160>(p, num_sms, stream);
-    case 176: return launch_gemm_sm90_bn<176>(p, num_sms, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -286,7 +286,7 @@ def test_gpu_accuracy_seed_shapes(m, n, k):
     _gpu_check_accuracy(m, n, k, seed=k)
 
 
-@pytest.mark.parametrize("block_n", [128, 144, 160, 176])
+@pytest.mark.parametrize("block_n", [128, 144, 160])
 @pytest.mark.parametrize("m, n, k", [pytest.param(*s, marks=GPU_MARKS)
                                      for s in [(129, 4097, 1008), (255, 1000, 144), (33, 331, 8208)]])
 def test_gpu_every_tile_width(monkeypatch, block_n, m, n, k):

@@ -17,9 +17,6 @@ constexpr int kBlockK = 128;
 // consumer thread holds BLOCK_N/2 fp32 accumulators, BLOCK_N/2 scratch WGMMA accumulators and BLOCK_N/8
 // column scales within its register budget. Three widths so that some tile count fills the last wave.
 constexpr int kBlockNCandidates[] = {128, 144, 160};
-// Widths built and reachable through the tuning knob only (WGRAD_BLOCK_N), not picked by the heuristic:
-// under evaluation (docs/perf-notes.md).
-constexpr int kBlockNExperimental[] = {176};
 
 // Shared memory one pipeline stage needs: A and B tiles plus one column of fp32 scales for each.
 constexpr int64_t stage_bytes(int block_n) {
