@@ -45,11 +45,12 @@ struct ColwiseSm90Config {
   static constexpr int kStages = sizeof(T) == 4 ? 3 : 4;
   static constexpr int kConsumerThreads = 256;  // one consumer group: 8 warps
   static constexpr int kConsumerWarps = kConsumerThreads / 32;
-  // Consumer groups work on different tiles at once (tiles alternate between them), so that one
-  // group's barriers and stores overlap the other's arithmetic: one group of 8 warps alone reached
-  // 62 % of a copy (docs/perf-notes.md). fp32 keeps one group: its registers (up to 150 per thread)
+  // Consumer groups work on different tiles at once (tiles go round-robin between them), so that one
+  // group's barriers and stores overlap the others' arithmetic: one group of 8 warps alone reached
+  // 62 % of a copy, two 73-82 % (docs/perf-notes.md). Three groups of 16-bit x use at most 80
+  // registers per thread (800 threads); fp32 keeps one group: its registers (up to 150 per thread)
   // would not fit twice.
-  static constexpr int kGroups = sizeof(T) == 4 ? 1 : 2;
+  static constexpr int kGroups = sizeof(T) == 4 ? 1 : 3;
   static constexpr int kThreads = kGroups * kConsumerThreads + 32;  // + the producer warp
   static constexpr int kColGroups = kTileCols / kColsPerThread;  // 16
   static constexpr int kRowGroups = kConsumerThreads / kColGroups;  // 16
@@ -270,7 +271,10 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
 
     // ---- Both: the row-wise outputs (a tile row is one half-warp; columns past C are zero-filled)
     if constexpr (kRow) {
-      const int64_t col = tile_col + cc * kColsPerThread;
+      // Row amaxes: each of the thread's 8 rows reduced over its half-warp (4 xor-shuffles). Then lane
+      // cc < 8 of the half-warp computes row cc's scale and reciprocal once, and every lane fetches the
+      // 8 pairs by shuffle (instead of 16 lanes each dividing 8 times).
+      uint32_t row_bits = 0;
 #pragma unroll
       for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
         uint32_t bits = fold_abs_bits<T>(abs_bits_max(raw[i], 0u));
@@ -278,12 +282,21 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
         for (int offset = Cfg::kColGroups / 2; offset > 0; offset >>= 1) {
           bits = max(bits, __shfl_xor_sync(0xFFFFFFFFu, bits, offset));
         }
+        row_bits = cc == i ? bits : row_bits;
+      }
+      const float my_scale = block_scale(amax_from_bits<T>(row_bits), p.ue8m0);
+      const float my_inv_scale = scale_reciprocal(my_scale);
+      const int64_t col = tile_col + cc * kColsPerThread;
+      const int half_warp = lane & ~(Cfg::kColGroups - 1);
+#pragma unroll
+      for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
+        const float scale = __shfl_sync(0xFFFFFFFFu, my_scale, half_warp + i);
+        const float inv_scale = __shfl_sync(0xFFFFFFFFu, my_inv_scale, half_warp + i);
         if (i >= valid_rows) continue;
         const int64_t row = t.row_start + rg * Cfg::kRowsPerThread + i;
-        const float scale = block_scale(amax_from_bits<T>(bits), p.ue8m0);
         float v[kColsPerThread];
         unpack8(raw[i], v);
-        const uint2 packed = quantize_eight(v, scale, scale_reciprocal(scale));
+        const uint2 packed = quantize_eight(v, scale, inv_scale);
         if (cc == 0) p.scales[t.col_tile * p.scales_ld + row] = scale;
         if (col < p.cols) *reinterpret_cast<uint2*>(p.q + row * p.cols + col) = packed;
       }

@@ -72,8 +72,11 @@ __global__ void __launch_bounds__(RowwiseConfig::kThreads, RowwiseConfig::kMinCt
     kb[i] = static_cast<int>(u % kb_count);
   }
 
-  // Loads of one iteration into raw: missing elements are 0, which never changes an amax.
-  auto load = [&](RawVec<T> (&raw)[kUnroll][Cfg::kRuns], const uint32_t (&row)[kUnroll], const int (&kb)[kUnroll]) {
+  // Slot 0 holds the group's lowest block: once it is past the end, so are the others. All four groups
+  // of a warp run every iteration together (the shuffles need all 32 lanes).
+  while (__any_sync(0xFFFFFFFFu, row[0] < rows)) {
+    // ---- all loads first, kept raw until used; missing elements are 0, which never changes an amax.
+    RawVec<T> raw[kUnroll][Cfg::kRuns];
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) {
       const bool row_ok = row[i] < rows;
@@ -96,39 +99,6 @@ __global__ void __launch_bounds__(RowwiseConfig::kThreads, RowwiseConfig::kMinCt
         }
       }
     }
-  };
-  // Next blocks of every slot: + step in (row, kb) coordinates; a slot past the end is parked at row
-  // `rows`, so that its row never wraps around 2^32.
-  auto advance = [&](uint32_t (&row)[kUnroll], int (&kb)[kUnroll]) {
-#pragma unroll
-    for (int i = 0; i < kUnroll; ++i) {
-      kb[i] += step_kb;
-      uint32_t next = row[i] + step_rows;
-      if (kb[i] >= kb_count) {
-        kb[i] -= static_cast<int>(kb_count);
-        ++next;
-      }
-      row[i] = next < rows ? next : rows;
-    }
-  };
-
-  // Software-pipelined: the next iteration's loads are issued before this iteration's blocks are
-  // quantized, so every lane keeps its loads in flight through its arithmetic and stores.
-  RawVec<T> raw[kUnroll][Cfg::kRuns];
-  load(raw, row, kb);
-  // Slot 0 holds the group's lowest block: once it is past the end, so are the others. All four groups
-  // of a warp run every iteration together (the shuffles need all 32 lanes).
-  while (__any_sync(0xFFFFFFFFu, row[0] < rows)) {
-    uint32_t next_row[kUnroll];
-    int next_kb[kUnroll];
-#pragma unroll
-    for (int i = 0; i < kUnroll; ++i) {
-      next_row[i] = row[i];
-      next_kb[i] = kb[i];
-    }
-    advance(next_row, next_kb);
-    RawVec<T> next[kUnroll][Cfg::kRuns];
-    load(next, next_row, next_kb);
     // ---- per block: amax over the 8 lanes, scale, q
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) {
@@ -161,12 +131,17 @@ __global__ void __launch_bounds__(RowwiseConfig::kThreads, RowwiseConfig::kMinCt
         }
       }
     }
+    // ---- next blocks of every slot: + step in (row, kb) coordinates; a slot past the end is parked at
+    // row `rows`, so that its row never wraps around 2^32.
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) {
-      row[i] = next_row[i];
-      kb[i] = next_kb[i];
-#pragma unroll
-      for (int h = 0; h < Cfg::kRuns; ++h) raw[i][h] = next[i][h];
+      kb[i] += step_kb;
+      uint32_t next = row[i] + step_rows;
+      if (kb[i] >= kb_count) {
+        kb[i] -= static_cast<int>(kb_count);
+        ++next;
+      }
+      row[i] = next < rows ? next : rows;
     }
   }
 }
