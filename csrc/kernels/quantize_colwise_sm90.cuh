@@ -156,6 +156,27 @@ __device__ __forceinline__ uint4 qt_shifted_chunk(const Storage& smem, int col, 
                     __funnelshift_r(w[2], w[3], bits), __funnelshift_r(w[3], w[4], bits));
 }
 
+// Bytes [lo, hi) of a 16-byte chunk to its 16-byte aligned destination, with the widest aligned stores
+// that fit (at most 1 + 1 + 3 + 1 + 1 stores), leaving the other bytes of the destination alone.
+__device__ __forceinline__ void store_chunk_bytes(uint8_t* dst, const uint4& d, int lo, int hi) {
+  auto word = [&](int b) { return b < 8 ? (b < 4 ? d.x : d.y) : (b < 12 ? d.z : d.w); };
+  int b = lo;
+  if ((b & 1) && b < hi) {
+    dst[b] = static_cast<uint8_t>(word(b) >> (8 * (b & 3)));
+    ++b;
+  }
+  if ((b & 2) && b + 2 <= hi) {
+    *reinterpret_cast<uint16_t*>(dst + b) = static_cast<uint16_t>(word(b) >> 16);
+    b += 2;
+  }
+  for (; b + 4 <= hi; b += 4) *reinterpret_cast<uint32_t*>(dst + b) = word(b);
+  if (b + 2 <= hi) {
+    *reinterpret_cast<uint16_t*>(dst + b) = static_cast<uint16_t>(word(b));
+    b += 2;
+  }
+  if (b < hi) dst[b] = static_cast<uint8_t>(word(b) >> (8 * (b & 3)));
+}
+
 template <typename T, QuantMode kMode>
 __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
     quantize_fp8_1x128_colwise_sm90_kernel(const __grid_constant__ ColwiseSm90Params params) {
@@ -352,29 +373,42 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
     }
     consumers_sync();  // (3) q_t staged
 
-    // ---- store q_t rows [row_start, row_start + write_count) of every column of the tile, as 16-byte
-    // chunks aligned in q_t (its row stride is a multiple of 16). The block that ends at row R also writes
-    // q_t's padding [R, q_t_ld) (zeros: staged past the block), so q_t never holds uninitialised bytes.
-    // A segment may start inside a chunk: its first and last chunks are written byte by byte, leaving the
-    // neighbours' bytes alone.
+    // ---- store q_t rows [row_start, end) of every column of the tile, as 16-byte chunks aligned in q_t
+    // (its row stride is a multiple of 16). The block that ends at row R also writes q_t's padding
+    // [R, q_t_ld) (zeros: staged past the block), so q_t never holds uninitialised bytes. A segment may
+    // start (and end) inside a chunk: such an edge chunk is shared with a neighbouring block that another
+    // CTA may be writing, so only this block's bytes of it are stored, with the widest aligned stores
+    // that fit. Whole chunks first (uniform 16-byte stores), then at most two edge chunks per column,
+    // one per thread, so that no warp waits on a lane's byte stores for every chunk.
     {
       const int64_t end = t.row_start + t.row_count == p.rows ? p.q_t_ld : t.row_start + t.row_count;
       const int shift = static_cast<int>(t.row_start & 15);
       const int64_t first_row = t.row_start - shift;  // 16-aligned
       const int num_chunks = static_cast<int>((end - first_row + 15) / 16);  // <= 9
-      for (int task = tid_g; task < Cfg::kTileCols * num_chunks; task += Cfg::kConsumerThreads) {
-        const int col = task / num_chunks;
-        const int k = task - col * num_chunks;
+      const int tail = static_cast<int>(end & 15);   // bytes of the last chunk in this block (0: whole)
+      const int k_begin = shift != 0 ? 1 : 0;          // whole chunks [k_begin, k_end)
+      const int k_end = tail != 0 ? num_chunks - 1 : num_chunks;
+      const int whole = k_end > k_begin ? k_end - k_begin : 0;
+      auto chunk_data = [&](int col, int k) {
+        return shift == 0 ? qt_chunk(gs, col, k) : qt_shifted_chunk(gs, col, k, shift);
+      };
+      for (int task = tid_g; task < Cfg::kTileCols * whole; task += Cfg::kConsumerThreads) {
+        const int col = task / whole;
+        const int k = k_begin + (task - col * whole);
         if (tile_col + col >= p.cols) continue;
-        const uint4 data = shift == 0 ? qt_chunk(gs, col, k) : qt_shifted_chunk(gs, col, k, shift);
-        const int64_t chunk_row = first_row + 16 * k;
-        uint8_t* dst = p.q_t + (tile_col + col) * p.q_t_ld + chunk_row;
-        const int lo = chunk_row < t.row_start ? shift : 0;
-        const int hi = chunk_row + 16 > end ? static_cast<int>(end - chunk_row) : 16;
-        if (lo == 0 && hi == 16) {
-          *reinterpret_cast<uint4*>(dst) = data;
-        } else {
-          for (int b = lo; b < hi; ++b) dst[b] = chunk_byte(data, b);
+        *reinterpret_cast<uint4*>(p.q_t + (tile_col + col) * p.q_t_ld + first_row + 16 * k) = chunk_data(col, k);
+      }
+      // Edge chunks: k = 0 when the block starts inside it, k = num_chunks - 1 when it ends inside it
+      // (the same chunk when the block lies within one).
+      const int edges = (shift != 0 ? 1 : 0) + (tail != 0 && (shift == 0 || num_chunks > 1) ? 1 : 0);
+      if (tid_g < Cfg::kTileCols * edges) {
+        const int col = tid_g / edges;
+        const int k = (tid_g % edges == 0 && shift != 0) ? 0 : num_chunks - 1;
+        if (tile_col + col < p.cols) {
+          const int64_t chunk_row = first_row + 16 * k;
+          const int lo = chunk_row < t.row_start ? shift : 0;
+          const int hi = chunk_row + 16 > end ? static_cast<int>(end - chunk_row) : 16;
+          store_chunk_bytes(p.q_t + (tile_col + col) * p.q_t_ld + chunk_row, chunk_data(col, k), lo, hi);
         }
       }
     }
