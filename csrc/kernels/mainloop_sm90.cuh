@@ -120,7 +120,7 @@ struct MainloopSm90 {
   static constexpr int kColGroups = kBlockN / 16;  // groups of 8 columns per warpgroup
 
   // Each warpgroup overlaps the promotion of a block's first m64 half with the WGMMAs of its second:
-  //     issue m0(k), m1(k) -> wait m0(k) -> promote m0(k) -> wait m1(k) -> release -> promote m1(k)
+  //     issue m0(k), m1(k) -> wait m0(k) -> promote m0(k) -> wait m1(k) -> promote m1(k) -> release
   // while the other warpgroup's WGMMAs fill the tensor cores during the second promotion.
   // scratch0/scratch1 are the two halves' WGMMA accumulators ((MMA,1,1), 64 x BLOCK_N/2 each). (Issuing
   // block k+1's first half before promoting block k's second would overlap more, but then a WGMMA
@@ -193,8 +193,10 @@ struct MainloopSm90 {
       warpgroup_wait<1>();  // m0 done, m1 may still run
       promote_half(0, scratch0);
       warpgroup_wait<0>();
-      pipeline.consumer_release(state);  // every WGMMA has read the stage; the scales are in registers
       promote_half(1, scratch1);
+      // Released after the last use of the scale registers: only then have their shared-memory loads
+      // provably completed (the next TMA write into this stage must not overtake them).
+      pipeline.consumer_release(state);
       ++state;
     }
   }
