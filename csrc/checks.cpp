@@ -79,6 +79,8 @@ void check_sm90(const char* op, const at::Tensor& t) {
               t.device(), " is ", prop->name, " with compute capability ", prop->major, ".", prop->minor);
 }
 
+int num_sms_of(const at::Tensor& t) { return at::cuda::getDeviceProperties(t.device().index())->multiProcessorCount; }
+
 void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
                                       const at::Tensor& sb, const at::Tensor& out) {
   constexpr const char* op = "wgrad_gemm_fp8_fp8_fp32_nt";

@@ -25,4 +25,7 @@ void check_same_device(const char* op, const at::Tensor& ref, const char* name, 
 // t's CUDA device is an SM90 part (the kernels use wgmma, setmaxnreg and TMA).
 void check_sm90(const char* op, const at::Tensor& t);
 
+// SMs of t's CUDA device: the persistent kernels size their grids by it.
+int num_sms_of(const at::Tensor& t);
+
 }  // namespace wgrad

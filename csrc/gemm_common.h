@@ -42,13 +42,8 @@ void launch(const char* op, const GemmParamsSm90<kMode>& p, int block_n, const a
   TORCH_CHECK(p.scheduler.total_cluster_tiles() < INT32_MAX / 2, op, ": too many output tiles (",
               p.scheduler.total_cluster_tiles(),
               "): the persistent scheduler counts tiles in 32 bits");
-  const int num_sms = at::cuda::getDeviceProperties(out.device().index())->multiProcessorCount;
-  const cudaError_t err = launch_gemm_sm90(p, block_n, num_sms, at::cuda::getCurrentCUDAStream(out.device().index()));
+  const cudaError_t err = launch_gemm_sm90(p, block_n, num_sms_of(out), at::cuda::getCurrentCUDAStream(out.device().index()));
   TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
-}
-
-inline int num_sms_of(const at::Tensor& t) {
-  return at::cuda::getDeviceProperties(t.device().index())->multiProcessorCount;
 }
 
 // BLOCK_N for an M x N output repeated `batches` times: the heuristic of tile_config.h, unless the

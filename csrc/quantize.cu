@@ -30,8 +30,6 @@ constexpr int64_t kVecElems = 8;               // one thread's columns: one alig
 constexpr int64_t kMaxRowBlocks = std::numeric_limits<int32_t>::max();  // gridDim.x
 constexpr int64_t kMaxColTiles = 65535;                                 // gridDim.y
 
-int num_sms_of(const at::Tensor& t) { return at::cuda::getDeviceProperties(t.device().index())->multiProcessorCount; }
-
 void check_x(const char* op, const at::Tensor& x) {
   TORCH_CHECK(x.dim() == 2, op, ": x must be 2-D [R, C] (the Python layer flattens leading dims), got ", x.dim(),
               "-D ", x.sizes());
@@ -126,7 +124,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
 template <QuantMode kMode, typename T>
 void launch_generic(const QuantizeParams& p, int64_t row_blocks, int64_t col_tiles, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_tiles));
-  quant::quantize_fp8_1x128_kernel<T, kMode, false><<<grid, quant::kThreads, 0, stream>>>(p);
+  quant::quantize_fp8_1x128_kernel<T, kMode><<<grid, quant::kThreads, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -94,9 +94,9 @@ __device__ __forceinline__ uint4 qt_staged_chunk(const uint32_t* s_qt, int col, 
 // ------------------------------------------------------------------ the generic tile kernel -----------
 // grid.x: row blocks (128-row blocks of x, or the entries of row_blocks for ColwiseSegments); grid.y:
 // 128-column tiles. (A 1-D grid with column tiles fastest measured the same on H200 and spilled.)
-// kVec: cols % 8 == 0 and x 16-byte aligned, so every thread's 8 columns are one aligned vector load
-// (and, row-wise, one 8-byte store); otherwise element-wise accesses with bounds checks.
-template <typename T, QuantMode kMode, bool kVec>
+// Element-wise accesses with bounds checks: this kernel serves only the inputs the vector kernels
+// cannot take (C % 8 != 0, an x that is not 16-byte aligned, R == 0 segments).
+template <typename T, QuantMode kMode>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_kernel(const QuantizeParams p) {
   constexpr bool kRow = has_rowwise(kMode);
   constexpr bool kCol = has_colwise(kMode);
@@ -144,18 +144,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
     const int local_row = row_group * kRowsPerThread + i;
     const bool row_ok = local_row < row_count;
     const T* src = x + (row_start + local_row) * p.cols + thread_col;
-    if constexpr (kVec) {
-      if (row_ok && thread_col < p.cols) {
-        load8_global(src, v[i]);
-      } else {
 #pragma unroll
-        for (int j = 0; j < kColsPerThread; ++j) v[i][j] = 0.0f;
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kColsPerThread; ++j) {
-        v[i][j] = (row_ok && thread_col + j < p.cols) ? to_float(src[j]) : 0.0f;
-      }
+    for (int j = 0; j < kColsPerThread; ++j) {
+      v[i][j] = (row_ok && thread_col + j < p.cols) ? to_float(src[j]) : 0.0f;
     }
   }
 
@@ -178,13 +169,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
       if (col_group == 0) p.scales[col_tile * p.scales_ld + row] = scale;
       const uint2 packed = quantize_eight(v[i], scale, inv_scale);
       uint8_t* dst = p.q + row * p.cols + thread_col;
-      if constexpr (kVec) {
-        if (thread_col < p.cols) *reinterpret_cast<uint2*>(dst) = packed;
-      } else {
 #pragma unroll
-        for (int j = 0; j < kColsPerThread; ++j) {
-          if (thread_col + j < p.cols) dst[j] = uint8_t((j < 4 ? packed.x : packed.y) >> (8 * (j % 4)));
-        }
+      for (int j = 0; j < kColsPerThread; ++j) {
+        if (thread_col + j < p.cols) dst[j] = uint8_t((j < 4 ? packed.x : packed.y) >> (8 * (j % 4)));
       }
     }
   }

@@ -131,22 +131,6 @@ __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// 8 consecutive elements starting at p (16-byte aligned), from global memory (read-only path).
-template <typename T>
-__device__ __forceinline__ void load8_global(const T* p, float (&v)[kColsPerThread]) {
-  if constexpr (sizeof(T) == 4) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-  } else {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < kColsPerThread; ++j) v[j] = to_float(e[j]);
-  }
-}
-
 // 16 bytes of x as 8 elements (bf16/fp16) or 4 (fp32): the raw form a load is kept in until it is used.
 template <typename T>
 struct RawVec {
@@ -254,28 +238,6 @@ __device__ __forceinline__ uint32_t element_abs_bits(const RawVec<T>& r, int j) 
     const uint32_t w = (j / 2) < 2 ? ((j / 2) == 0 ? q.x : q.y) : ((j / 2) == 2 ? q.z : q.w);
     return (j % 2 == 0 ? w : w >> 16) & 0x7FFFu;
   }
-}
-
-// The same from shared memory (16-byte aligned).
-template <typename T>
-__device__ __forceinline__ void load8_shared(const T* p, float (&v)[kColsPerThread]) {
-  if constexpr (sizeof(T) == 4) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0];
-    const float4 b = reinterpret_cast<const float4*>(p)[1];
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-  } else {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < kColsPerThread; ++j) v[j] = to_float(e[j]);
-  }
-}
-
-// Byte b (0..15) of a 16-byte chunk, without dynamic register indexing.
-__device__ __forceinline__ uint8_t chunk_byte(const uint4& d, int b) {
-  const uint32_t w = b < 8 ? (b < 4 ? d.x : d.y) : (b < 12 ? d.z : d.w);
-  return static_cast<uint8_t>(w >> (8 * (b % 4)));
 }
 
 }  // namespace wgrad::quant
