@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -83,25 +84,40 @@ constexpr CUtensorMapDataType tma_dtype() {
   else return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }
 
-// Row-wise: a persistent grid of 4 CTAs per SM (all resident at once), fewer when x is small.
+// Most CTAs per SM of the row-wise grid. Default: no limit, one pass of every slot per CTA (the CTA
+// scheduler hands out the rest as CTAs finish, which evens out the last wave); measured 1-5 % faster
+// than a persistent grid of 4 CTAs per SM on the small seed shapes (docs/perf-notes.md). The tuning
+// knob WGRAD_ROWWISE_CTAS_PER_SM (read at every call, so that a sweep can change it) caps it; 0 = no cap.
+int64_t rowwise_ctas_per_sm() {
+  int64_t n = 0;
+  if (const char* v = std::getenv("WGRAD_ROWWISE_CTAS_PER_SM")) {
+    n = std::strtol(v, nullptr, 10);
+    TORCH_CHECK(n >= 0 && n <= 1024, "WGRAD_ROWWISE_CTAS_PER_SM must be in [0, 1024], got '", v, "'");
+  }
+  return n == 0 ? std::numeric_limits<int32_t>::max() : n;
+}
+
+// Row-wise: one pass of every slot per CTA (4 CTAs of 256 threads resident per SM), see above.
 template <typename T, bool kVec>
 void launch_rowwise(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
   using Cfg = quant::RowwiseConfig;
   const int64_t blocks = p.rows * ceil_div(p.cols, kScaleBlockK);
   const int64_t wanted = ceil_div(blocks, int64_t{Cfg::kBlocksPerCta} * Cfg::kUnroll<T, kVec>);
-  const int64_t grid = std::min<int64_t>(wanted, int64_t{num_sms} * Cfg::kMinCtasPerSm);
+  const int64_t grid = std::min<int64_t>(wanted, num_sms * rowwise_ctas_per_sm());
   quant::quantize_fp8_1x128_rowwise_kernel<T, kVec><<<static_cast<unsigned>(grid), Cfg::kThreads, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // Column-wise, both, segments with 16-byte aligned rows: the persistent TMA kernel, one CTA per SM.
+// segments.sizes set (ColwiseSegments): every CTA builds the segment table in shared memory.
 template <QuantMode kMode, typename T>
-void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_blocks, int num_sms,
-                         cudaStream_t stream) {
-  using Cfg = quant::ColwiseSm90Config<T>;
+void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_blocks,
+                         const quant::SegmentTableArgs& segments, int num_sms, cudaStream_t stream) {
+  using Cfg = quant::ColwiseSm90Config<T, kMode>;
   quant::ColwiseSm90Params params{};
   params.q = p;
   params.num_row_blocks = row_blocks;
+  params.segments = segments;
   params.num_col_tiles = ceil_div(p.cols, kScaleBlockK);
   const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
   const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
@@ -128,23 +144,51 @@ void launch_generic(const QuantizeParams& p, int64_t row_blocks, int64_t col_til
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Row blocks: 128-row blocks, or the row-block table's entries. Vector paths when every row of x is
-// 16-byte aligned (C % 8 == 0 and an aligned base); otherwise element-wise accesses.
+// The segment table in global memory (one-CTA kernel), for the kernels that cannot build it themselves.
+// Returns the workspace that holds it (alive until the launches that read it are enqueued).
+at::Tensor build_segment_table_global(const at::Tensor& x, const quant::SegmentTableArgs& a, QuantizeParams& p,
+                                      cudaStream_t stream) {
+  static_assert(sizeof(quant::RowBlock) == 2 * sizeof(int32_t) && sizeof(quant::SegmentStart) == sizeof(quant::RowBlock));
+  at::Tensor workspace = at::empty({2 * (a.num_row_blocks + a.num_segments)}, x.options().dtype(at::kInt));
+  auto* table = reinterpret_cast<quant::RowBlock*>(workspace.data_ptr<int32_t>());
+  auto* seg = reinterpret_cast<quant::SegmentStart*>(table + a.num_row_blocks);
+  quant::build_segment_table_kernel<<<1, quant::kTableThreads, 0, stream>>>(a, seg, table);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  p.row_blocks = table;
+  return workspace;
+}
+
+// Row blocks: 128-row blocks, or the scale columns of the segment table (ColwiseSegments, whose segments
+// are given). Vector paths when every row of x is 16-byte aligned (C % 8 == 0 and an aligned base);
+// otherwise element-wise accesses.
 template <QuantMode kMode>
-void launch(const char* op, const at::Tensor& x, const QuantizeParams& p, int64_t row_blocks) {
-  const int64_t col_tiles = ceil_div(p.cols, kScaleBlockK);
+void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int64_t row_blocks,
+            const quant::SegmentTableArgs& segments = {}) {
+  const int64_t col_tiles = ceil_div(p_in.cols, kScaleBlockK);
   if (row_blocks == 0 || col_tiles == 0) return;
+  QuantizeParams p = p_in;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int num_sms = num_sms_of(x);
   const bool vec = p.cols % kVecElems == 0 && reinterpret_cast<uintptr_t>(p.x) % kTmaAlignBytes == 0;
+  at::Tensor workspace;
   auto typed = [&](auto tag) {
     using T = decltype(tag);
     if constexpr (kMode == QuantMode::Rowwise) {
       vec ? launch_rowwise<T, true>(p, num_sms, stream) : launch_rowwise<T, false>(p, num_sms, stream);
     } else {
       // R == 0 (segments: only unused scale columns to zero) has no TMA view of x: the generic kernel.
-      vec && p.rows > 0 ? launch_colwise_sm90<kMode, T>(op, p, row_blocks, num_sms, stream)
-                        : launch_generic<kMode, T>(p, row_blocks, col_tiles, stream);
+      const bool column_kernel = vec && p.rows > 0;
+      quant::SegmentTableArgs in_kernel{};  // sizes == nullptr: no table to build in the kernel
+      if constexpr (kMode == QuantMode::ColwiseSegments) {
+        constexpr int64_t kEntries = quant::ColwiseSm90Config<T, kMode>::kTableEntries;
+        if (column_kernel && segments.num_row_blocks + segments.num_segments <= kEntries) {
+          in_kernel = segments;
+        } else {
+          workspace = build_segment_table_global(x, segments, p, stream);
+        }
+      }
+      column_kernel ? launch_colwise_sm90<kMode, T>(op, p, row_blocks, in_kernel, num_sms, stream)
+                    : launch_generic<kMode, T>(p, row_blocks, col_tiles, stream);
     }
   };
   AT_DISPATCH_SWITCH(x.scalar_type(), "quantize_fp8_1x128",
@@ -228,10 +272,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_bo
   return {q, scales, q_t, scales_t};
 }
 
-// Sizes stay on the device: a one-CTA kernel validates them and writes the row range of every scale
-// column, then the tile kernel runs over all k_block_capacity(R, G) columns (no host synchronisation,
-// capturable in a CUDA graph). Invalid sizes (a negative one, or a sum != R): every scale is NaN and q_t
-// is not written.
+// Sizes stay on the device: the kernel validates them and works out the row range of every scale column
+// (each CTA in its shared memory; for tables of more than ~1500-4000 entries, and for the generic
+// kernel, a one-CTA kernel in global memory first), then quantizes all k_block_capacity(R, G) columns
+// (no host synchronisation, capturable in a CUDA graph). Invalid sizes (a negative one, or a sum != R):
+// every scale is NaN and q_t is not written.
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(const at::Tensor& x,
                                                                             const at::Tensor& sizes, bool ue8m0) {
   constexpr const char* op = "quantize_fp8_1x128_colwise_segments";
@@ -246,25 +291,14 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(cons
   at::Tensor scales_t = empty_mn_major_scales(x, cols, row_blocks);
   if (row_blocks == 0 || cols == 0) return {q_t, scales_t};
 
-  static_assert(sizeof(quant::RowBlock) == 2 * sizeof(int32_t));
-  at::Tensor workspace = at::empty({2 * groups + 2 * row_blocks}, sizes.options());
-  int32_t* ws = workspace.data_ptr<int32_t>();
-  quant::SegmentTableParams tp{};
-  tp.sizes = sizes.const_data_ptr<int32_t>();
-  tp.num_segments = groups;
-  tp.rows = rows;
-  tp.num_row_blocks = row_blocks;
-  tp.segment_row_start = ws;
-  tp.segment_block_start = ws + groups;
-  tp.row_blocks = reinterpret_cast<quant::RowBlock*>(ws + 2 * groups);  // 8-byte aligned: 2 * groups ints
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  quant::build_segment_table_kernel<<<1, quant::kTableThreads, 0, stream>>>(tp);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-
+  quant::SegmentTableArgs segments;
+  segments.sizes = sizes.const_data_ptr<int32_t>();
+  segments.num_segments = groups;
+  segments.rows = rows;
+  segments.num_row_blocks = row_blocks;
   QuantizeParams p = base_params(x, ue8m0);
   set_colwise(p, q_t, scales_t);
-  p.row_blocks = tp.row_blocks;
-  launch<QuantMode::ColwiseSegments>(op, x, p, row_blocks);
+  launch<QuantMode::ColwiseSegments>(op, x, p, row_blocks, segments);
   return {q_t, scales_t};
 }
 

@@ -511,6 +511,43 @@ def test_gpu_segments_bit_exact(case, dtype):
 
 
 @sm90
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,groups", [(4000, 600), (6000, 3000)])
+def test_gpu_segments_many_segments(rows, groups, dtype):
+    # The column kernel builds the segment table in shared memory when segments + scale columns fit
+    # (4096 entries for 16-bit x, 1536 for fp32): 600 + 630 entries do, in three scan passes for fp32
+    # (288 threads). 3000 + 3046 do not: a one-CTA kernel builds the table in global memory first.
+    gen = torch.Generator().manual_seed(groups)
+    cuts = torch.randint(0, rows + 1, (groups - 1,), generator=gen).sort().values
+    bounds = torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])])
+    sizes = (bounds[1:] - bounds[:-1]).to(torch.int32)  # many empty and tiny segments
+    assert int((sizes == 0).sum()) > 0
+    x = _random_x(rows, 64, dtype, seed=groups)
+    _check_gpu_op("segments", x, False, sizes)
+    bad = sizes.clone()
+    bad[groups // 2] += 1  # sum != R
+    q_t, s_t = OPS.quantize_fp8_1x128_colwise_segments(x.cuda(), bad.cuda(), False)
+    assert bool((_bits(s_t) == SCALE_NAN_BITS).all())
+
+
+@sm90
+@pytest.mark.parametrize("ctas_per_sm", ["0", "1", "16"])
+def test_gpu_rowwise_grid_knob(ctas_per_sm, monkeypatch):
+    # WGRAD_ROWWISE_CTAS_PER_SM changes only how the blocks are spread over CTAs, never the result.
+    monkeypatch.setenv("WGRAD_ROWWISE_CTAS_PER_SM", ctas_per_sm)
+    x = _random_x(3000, 1032, torch.bfloat16, seed=67)
+    _check_gpu_op("rowwise", x, False)
+
+
+@sm90
+def test_gpu_rowwise_grid_knob_rejects_bad_values(monkeypatch):
+    monkeypatch.setenv("WGRAD_ROWWISE_CTAS_PER_SM", "-3")
+    x = torch.randn(8, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="WGRAD_ROWWISE_CTAS_PER_SM must be in \\[0, 1024\\], got '-3'"):
+        OPS.quantize_fp8_1x128_rowwise(x, False)
+
+
+@sm90
 @pytest.mark.parametrize("sizes_list", [[100, 100, 99], [300, -1, 0], [-5, 305], [301]])
 def test_gpu_invalid_sizes_give_nan_scales(sizes_list):
     x = torch.randn(300, 200, device="cuda")
@@ -585,3 +622,4 @@ def test_gpu_round_trip_through_gemm():
 @sm90
 def test_gpu_round_trip_through_grouped_gemm():
     _grouped_round_trip("cuda")
+

@@ -26,7 +26,6 @@ constexpr int kThreads = kColGroups * kRowGroups;           // 512
 constexpr int kWarps = kThreads / 32;                       // 16
 constexpr int kMinCtasPerSm = 1;                            // Both needs > 64 registers (no spills)
 constexpr int kQtWordsPerCol = kTileRows / 4;               // 32 words = 128 bytes of q_t per column
-constexpr int kQtChunksPerCol = kTileRows / 16;             // 8 16-byte chunks per column
 constexpr int kTableThreads = 1024;                         // the segment-table kernel is one CTA
 
 static_assert(kColGroups == 16, "row amax reduces over the 16 lanes of a half-warp");
@@ -63,14 +62,28 @@ struct QuantizeParams {
   const RowBlock* row_blocks;  // ColwiseSegments: one entry per scale column (row block)
 };
 
-struct SegmentTableParams {
-  const int32_t* sizes;   // [num_segments] rows of each segment, on the device
-  int64_t num_segments;
-  int64_t rows;           // sizes must be >= 0 and sum to rows
-  int64_t num_row_blocks; // k_block_capacity(rows, num_segments): entries of row_blocks
-  int32_t* segment_row_start;    // [num_segments] scratch
-  int32_t* segment_block_start;  // [num_segments] scratch
-  RowBlock* row_blocks;   // [num_row_blocks] output
+// The segments of the MoE path, on the device: validated and turned into the row-block table by
+// build_segment_table below (inside the column kernel, or by build_segment_table_kernel).
+struct SegmentTableArgs {
+  const int32_t* sizes = nullptr;  // [num_segments] rows of each segment; must be >= 0 and sum to rows
+  int64_t num_segments = 0;
+  int64_t rows = 0;
+  int64_t num_row_blocks = 0;      // k_block_capacity(rows, num_segments): entries of the table
+};
+
+// Where segment g starts: its first row of x and its first scale column (row block).
+struct SegmentStart {
+  int32_t row_start;
+  int32_t block_start;
+};
+static_assert(sizeof(SegmentStart) == sizeof(RowBlock), "one table area holds both");
+
+template <int kWarps>
+struct SegmentScanScratch {
+  int64_t warp_rows[kWarps];
+  int64_t warp_blocks[kWarps];
+  int64_t carry_rows;
+  int64_t carry_blocks;
 };
 
 // ------------------------------------------------------------------ q_t staging -----------------------
@@ -263,30 +276,32 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
 }
 
 // ------------------------------------------------------------------ segment table ---------------------
-// One CTA. Validates the sizes (each >= 0, sum == rows) and writes, for every scale column b of the
-// segmented column-wise output, the rows of x it quantizes: segment g's j-th block is scale column
+// Validates the sizes (each >= 0, sum == rows) and writes, for every scale column b of the segmented
+// column-wise output, the rows of x it quantizes: segment g's j-th block is scale column
 // sum_{h<g} ceil(size_h / 128) + j and covers rows [off_g + 128 j, min(off_g + 128 (j + 1), off_g + size_g)).
 // Columns past the last block get row_count 0; invalid sizes give row_count -1 everywhere.
-__global__ void __launch_bounds__(kTableThreads) build_segment_table_kernel(const SegmentTableParams p) {
-  __shared__ int64_t s_warp_rows[kTableThreads / 32];
-  __shared__ int64_t s_warp_blocks[kTableThreads / 32];
-  __shared__ int64_t s_carry_rows;
-  __shared__ int64_t s_carry_blocks;
-
+// Every thread of the CTA calls it (kThreads of them, whole warps): it synchronises them with
+// __syncthreads, and on return the table is complete. seg ([num_segments]) and table ([num_row_blocks])
+// are shared memory (the column kernel builds its own copy in every CTA) or global memory (the one-CTA
+// kernel below, for tables too large for shared memory).
+template <int kThreads>
+__device__ void build_segment_table(const SegmentTableArgs& a, SegmentStart* seg, RowBlock* table,
+                                    SegmentScanScratch<kThreads / 32>& s) {
+  static_assert(kThreads % 32 == 0, "whole warps: the scan shuffles");
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
   if (tid == 0) {
-    s_carry_rows = 0;
-    s_carry_blocks = 0;
+    s.carry_rows = 0;
+    s.carry_blocks = 0;
   }
   bool negative = false;
   __syncthreads();
 
-  // Exclusive prefix sums of sizes and of blocks, 1024 segments at a time.
-  for (int64_t base = 0; base < p.num_segments; base += kTableThreads) {
+  // Exclusive prefix sums of sizes and of blocks, kThreads segments at a time.
+  for (int64_t base = 0; base < a.num_segments; base += kThreads) {
     const int64_t g = base + tid;
-    const int64_t size = g < p.num_segments ? p.sizes[g] : 0;
+    const int64_t size = g < a.num_segments ? a.sizes[g] : 0;
     negative |= size < 0;
     const int64_t blocks = size > 0 ? ceil_div(size, kBlock) : 0;
     int64_t rows_incl = size, blocks_incl = blocks;
@@ -300,48 +315,55 @@ __global__ void __launch_bounds__(kTableThreads) build_segment_table_kernel(cons
       }
     }
     if (lane == 31) {
-      s_warp_rows[warp] = rows_incl;
-      s_warp_blocks[warp] = blocks_incl;
+      s.warp_rows[warp] = rows_incl;
+      s.warp_blocks[warp] = blocks_incl;
     }
     __syncthreads();
-    int64_t rows_before = s_carry_rows, blocks_before = s_carry_blocks;
+    int64_t rows_before = s.carry_rows, blocks_before = s.carry_blocks;
     for (int w = 0; w < warp; ++w) {
-      rows_before += s_warp_rows[w];
-      blocks_before += s_warp_blocks[w];
+      rows_before += s.warp_rows[w];
+      blocks_before += s.warp_blocks[w];
     }
     rows_before += rows_incl - size;
     blocks_before += blocks_incl - blocks;
-    if (g < p.num_segments) {
-      p.segment_row_start[g] = static_cast<int32_t>(rows_before);
-      p.segment_block_start[g] = static_cast<int32_t>(blocks_before);
-    }
+    if (g < a.num_segments) seg[g] = {static_cast<int32_t>(rows_before), static_cast<int32_t>(blocks_before)};
     __syncthreads();  // everyone has read the carries
-    if (tid == kTableThreads - 1) {
-      s_carry_rows = rows_before + size;
-      s_carry_blocks = blocks_before + blocks;
+    if (tid == kThreads - 1) {
+      s.carry_rows = rows_before + size;
+      s.carry_blocks = blocks_before + blocks;
     }
-    __syncthreads();
+    __syncthreads();  // carries and seg complete
   }
-  const bool valid = !__syncthreads_or(negative) && s_carry_rows == p.rows;
-  const int64_t total_blocks = s_carry_blocks;
+  const bool valid = !__syncthreads_or(negative) && s.carry_rows == a.rows;
+  const int64_t total_blocks = s.carry_blocks;
 
-  for (int64_t b = tid; b < p.num_row_blocks; b += kTableThreads) {
+  for (int64_t b = tid; b < a.num_row_blocks; b += kThreads) {
     RowBlock rb{0, valid ? 0 : -1};
     if (valid && b < total_blocks) {
-      // The segment of block b: the last g with segment_block_start[g] <= b (empty segments share
-      // their start with the next non-empty one, which comes after them).
-      int64_t lo = 0, hi = p.num_segments - 1;
+      // The segment of block b: the last g with seg[g].block_start <= b (empty segments share their
+      // start with the next non-empty one, which comes after them).
+      int64_t lo = 0, hi = a.num_segments - 1;
       while (lo < hi) {
         const int64_t mid = (lo + hi + 1) / 2;
-        if (p.segment_block_start[mid] <= b) lo = mid; else hi = mid - 1;
+        if (seg[mid].block_start <= b) lo = mid; else hi = mid - 1;
       }
-      const int64_t j = b - p.segment_block_start[lo];
-      const int64_t left = p.sizes[lo] - j * kBlock;
-      rb.row_start = static_cast<int32_t>(p.segment_row_start[lo] + j * kBlock);
+      const SegmentStart st = seg[lo];
+      const int64_t j = b - st.block_start;
+      const int64_t left = a.sizes[lo] - j * kBlock;
+      rb.row_start = static_cast<int32_t>(st.row_start + j * kBlock);
       rb.row_count = static_cast<int32_t>(left < kBlock ? left : kBlock);
     }
-    p.row_blocks[b] = rb;
+    table[b] = rb;
   }
+  __syncthreads();  // the table is complete
+}
+
+// The table in global memory, one CTA: for the inputs whose table does not fit in the column kernel's
+// shared memory, and for the generic kernel. seg: [num_segments] scratch; table: [num_row_blocks].
+__global__ void __launch_bounds__(kTableThreads)
+    build_segment_table_kernel(const SegmentTableArgs a, SegmentStart* seg, RowBlock* table) {
+  __shared__ SegmentScanScratch<kTableThreads / 32> scratch;
+  build_segment_table<kTableThreads>(a, seg, table, scratch);
 }
 
 }  // namespace wgrad::quant

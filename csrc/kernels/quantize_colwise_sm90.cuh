@@ -36,7 +36,7 @@
 
 namespace wgrad::quant {
 
-template <typename T>
+template <typename T, QuantMode kMode>
 struct ColwiseSm90Config {
   static constexpr int kTileRows = kBlock;  // one column block
   static constexpr int kTileCols = kBlock;  // one row block (Both)
@@ -56,8 +56,12 @@ struct ColwiseSm90Config {
   static constexpr int kRowGroups = kConsumerThreads / kColGroups;  // 16
   static constexpr int kRowsPerThread = kTileRows / kRowGroups;  // 8: one 8-byte slot of q_t
   static constexpr int kQtSlots = kTileRows / 8;                 // 8-byte slots per staged column
-  static constexpr int kQtChunks = kTileRows / 16;               // 16-byte chunks per staged column
   static constexpr uint32_t kTileBytes = kTileRows * kTileCols * sizeof(T);
+  // ColwiseSegments: every CTA builds the segment table in shared memory (SegmentStart per segment +
+  // RowBlock per scale column, 8 bytes each) when it fits in this many entries; larger tables are built
+  // in global memory by build_segment_table_kernel first (one more launch).
+  static constexpr bool kSegments = kMode == QuantMode::ColwiseSegments;
+  static constexpr int kTableEntries = !kSegments ? 1 : (sizeof(T) == 4 ? 1536 : 4096);
   // A tile is loaded as 8 boxes of 16 rows. A box wholly past the block's rows is aimed past R instead:
   // TMA zero-fills it without reading memory, and still counts its bytes. So a segment's last, partial
   // block reads at most 15 rows of the next segment, not up to 127.
@@ -70,12 +74,15 @@ struct ColwiseSm90Config {
   struct GroupStorage {  // one consumer group's scratch
     alignas(16) uint2 qt[kTileCols][kQtSlots];          // staged q_t: slot s of column c at s ^ swz(c)
     alignas(16) uint32_t col_amax[kConsumerWarps][kTileCols];  // |bits| maxima, see quantize_numerics.cuh
-    alignas(16) float col_scale[kTileCols];
-    alignas(16) float col_inv_scale[kTileCols];
+    // (scale, 1 / scale) of column c = 8 cc + j at [j][cc]: the 16 column groups of a warp read 16
+    // consecutive pairs, one wavefront (a [c] layout would be a 4-way bank conflict per read).
+    alignas(16) float2 col_scale[kColsPerThread][kColGroups];
   };
   struct SharedStorage {
     alignas(128) T x[kStages][kTileRows * kTileCols];   // (TILE_R,TILE_C,PIPE) row-major tiles
     GroupStorage group[kGroups];
+    alignas(16) RowBlock table[kTableEntries];          // ColwiseSegments: [row blocks] + [segments]
+    SegmentScanScratch<kThreads / 32> scan;
     typename Pipeline::SharedStorage pipeline;
   };
 
@@ -86,8 +93,11 @@ struct ColwiseSm90Config {
 struct ColwiseSm90Params {
   CUtensorMap tma_x;  // x [R, C], box 128 x 16 (columns x rows), zero fill out of bounds
   QuantizeParams q;
-  int64_t num_row_blocks;  // 128-row blocks, or the entries of q.row_blocks (ColwiseSegments)
+  int64_t num_row_blocks;  // 128-row blocks, or the scale columns of the segment table (ColwiseSegments)
   int64_t num_col_tiles;   // ceil(C / 128)
+  // ColwiseSegments: with segments.sizes set, every CTA builds the table in shared memory (segments +
+  // row blocks <= kTableEntries); without, q.row_blocks is a table in global memory.
+  SegmentTableArgs segments;
 };
 
 // Named barriers of the consumer warps (offset past CUTLASS's reserved ids by NamedBarrier).
@@ -103,12 +113,13 @@ struct QuantTile {
 };
 
 template <QuantMode kMode>
-__device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params, int64_t tile) {
+__device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params, const RowBlock* table,
+                                                int64_t tile) {
   QuantTile t;
   t.row_block = tile / params.num_col_tiles;
   t.col_tile = tile - t.row_block * params.num_col_tiles;
   if constexpr (kMode == QuantMode::ColwiseSegments) {
-    const RowBlock rb = params.q.row_blocks[t.row_block];
+    const RowBlock rb = table[t.row_block];
     t.row_start = rb.row_start;
     t.row_count = rb.row_count;
   } else {
@@ -125,13 +136,22 @@ __device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params,
 // of the swizzle is set.
 __device__ __forceinline__ int qt_slot_swizzle(int col) { return (col >> 3) & 15; }
 
-// Logical 16-byte chunk m (rows 16 m .. 16 m + 15) of staged column col; zeros outside [0, 8).
+// Logical 16-byte chunk m (rows 16 m .. 16 m + 15, m in [0, 8)) of staged column col: its two 8-byte
+// slots, each from where the swizzle put it (two 8-byte loads instead of a 16-byte load and a swap of
+// its halves when bit 0 of the swizzle is set: fewer instructions, and the shared-memory pipe has room).
+template <class Storage>
+__device__ __forceinline__ uint4 qt_chunk_unchecked(const Storage& smem, int col, int m) {
+  const int swz = qt_slot_swizzle(col);
+  const uint2 lo = smem.qt[col][(2 * m) ^ swz];
+  const uint2 hi = smem.qt[col][(2 * m + 1) ^ swz];
+  return make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// The same, zeros for m outside [0, 8).
 template <class Storage>
 __device__ __forceinline__ uint4 qt_chunk(const Storage& smem, int col, int m) {
   if (m < 0 || m >= 8) return make_uint4(0u, 0u, 0u, 0u);
-  const int swz = qt_slot_swizzle(col);
-  const uint4 raw = *reinterpret_cast<const uint4*>(&smem.qt[col][((2 * m) ^ swz) & ~1]);
-  return (swz & 1) ? make_uint4(raw.z, raw.w, raw.x, raw.y) : raw;
+  return qt_chunk_unchecked(smem, col, m);
 }
 
 // Staged bytes [16 k - shift, 16 k - shift + 16) of column col (shift in [1, 15]): the last `shift`
@@ -178,10 +198,10 @@ __device__ __forceinline__ void store_chunk_bytes(uint8_t* dst, const uint4& d, 
 }
 
 template <typename T, QuantMode kMode>
-__global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
+__global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     quantize_fp8_1x128_colwise_sm90_kernel(const __grid_constant__ ColwiseSm90Params params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Cfg = ColwiseSm90Config<T>;
+  using Cfg = ColwiseSm90Config<T, kMode>;
   using Pipeline = typename Cfg::Pipeline;
   constexpr bool kRow = has_rowwise(kMode);
   static_assert(has_colwise(kMode), "row-wise alone: quantize_rowwise.cuh");
@@ -202,6 +222,18 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
   // barrier; a stage is read by one group.
   pipeline_params.num_consumers = Cfg::kConsumerThreads;
   Pipeline pipeline(smem.pipeline, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+
+  // Segments: the row-block table, built by every CTA for itself (it synchronises the CTA, so the
+  // pipeline barriers above are initialised too), or the one in global memory.
+  const RowBlock* table = p.row_blocks;
+  if constexpr (Cfg::kSegments) {
+    if (params.segments.sizes != nullptr) {
+      const SegmentTableArgs& a = params.segments;
+      build_segment_table<Cfg::kThreads>(a, reinterpret_cast<SegmentStart*>(smem.table + a.num_row_blocks),
+                                         smem.table, smem.scan);
+      table = smem.table;
+    }
+  }
   __syncthreads();  // barriers initialised before anyone waits on them
 
   const int64_t num_tiles = params.num_row_blocks * params.num_col_tiles;
@@ -212,7 +244,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
       constexpr uint64_t kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
       auto state = cutlass::make_producer_start_state<Pipeline>();
       for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-        const QuantTile t = quant_tile<kMode>(params, tile);
+        const QuantTile t = quant_tile<kMode>(params, table, tile);
         if (t.row_count <= 0) continue;  // the consumers skip it too
         pipeline.producer_acquire(state);
         uint64_t* bar = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(state));
@@ -249,7 +281,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
   int64_t seen = 0;  // non-empty tiles of this CTA so far
 
   for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    const QuantTile t = quant_tile<kMode>(params, tile);
+    const QuantTile t = quant_tile<kMode>(params, table, tile);
     const int64_t tile_col = t.col_tile * Cfg::kTileCols;
     if constexpr (kMode == QuantMode::ColwiseSegments) {
       if (t.row_count <= 0) {
@@ -308,16 +340,23 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
       const int64_t col = tile_col + cc * kColsPerThread;
       const int half_warp = lane & ~(Cfg::kColGroups - 1);
 #pragma unroll
+      // Rows past R (zero-filled) are quantized too and only their stores are skipped: no branch
+      // around the arithmetic.
+      const int64_t row0 = t.row_start + rg * Cfg::kRowsPerThread;
+      uint8_t* q_row = p.q + row0 * p.cols + col;
+      float* scale_row = p.scales + t.col_tile * p.scales_ld + row0;
+      const bool col_ok = col < p.cols;
+#pragma unroll
       for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
         const float scale = __shfl_sync(0xFFFFFFFFu, my_scale, half_warp + i);
         const float inv_scale = __shfl_sync(0xFFFFFFFFu, my_inv_scale, half_warp + i);
-        if (i >= valid_rows) continue;
-        const int64_t row = t.row_start + rg * Cfg::kRowsPerThread + i;
         float v[kColsPerThread];
         unpack8(raw[i], v);
         const uint2 packed = quantize_eight(v, scale, inv_scale);
-        if (cc == 0) p.scales[t.col_tile * p.scales_ld + row] = scale;
-        if (col < p.cols) *reinterpret_cast<uint2*>(p.q + row * p.cols + col) = packed;
+        if (i < valid_rows) {
+          if (cc == 0) scale_row[i] = scale;
+          if (col_ok) *reinterpret_cast<uint2*>(q_row + i * p.cols) = packed;
+        }
       }
     }
 
@@ -350,8 +389,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
 #pragma unroll
       for (int w = 1; w < Cfg::kConsumerWarps; ++w) bits = max(bits, gs.col_amax[w][tid_g]);
       const float scale = block_scale(amax_from_bits<T>(bits), p.ue8m0);
-      gs.col_scale[tid_g] = scale;
-      gs.col_inv_scale[tid_g] = scale_reciprocal(scale);
+      gs.col_scale[tid_g % kColsPerThread][tid_g / kColsPerThread] = make_float2(scale, scale_reciprocal(scale));
       if (tile_col + tid_g < p.cols) p.scales_t[t.row_block * p.scales_t_ld + tile_col + tid_g] = scale;
     }
     consumers_sync();  // (2) scales ready
@@ -368,10 +406,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
 #pragma unroll
       for (int j = 0; j < kColsPerThread; ++j) {
         const int col = cc * kColsPerThread + j;
-        const float scale = gs.col_scale[col];
-        const float inv_scale = gs.col_inv_scale[col];
-        const uint32_t lo = quantize_quad(v[0][j], v[1][j], v[2][j], v[3][j], scale, inv_scale) & mask_lo;
-        const uint32_t hi = quantize_quad(v[4][j], v[5][j], v[6][j], v[7][j], scale, inv_scale) & mask_hi;
+        const float2 sc = gs.col_scale[j][cc];  // (scale, 1 / scale)
+        const uint32_t lo = quantize_quad(v[0][j], v[1][j], v[2][j], v[3][j], sc.x, sc.y) & mask_lo;
+        const uint32_t hi = quantize_quad(v[4][j], v[5][j], v[6][j], v[7][j], sc.x, sc.y) & mask_hi;
         gs.qt[col][rg ^ qt_slot_swizzle(col)] = make_uint2(lo, hi);
       }
     }
@@ -396,23 +433,42 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T>::kThreads, 1)
       auto chunk_data = [&](int col, int k) {
         return shift == 0 ? qt_chunk(gs, col, k) : qt_shifted_chunk(gs, col, k, shift);
       };
-      for (int task = tid_g; task < Cfg::kTileCols * whole; task += Cfg::kConsumerThreads) {
-        const int col = task / whole;
-        const int k = k_begin + (task - col * whole);
-        if (tile_col + col >= p.cols) continue;
-        *reinterpret_cast<uint4*>(p.q_t + (tile_col + col) * p.q_t_ld + first_row + 16 * k) = chunk_data(col, k);
-      }
-      // Edge chunks: k = 0 when the block starts inside it, k = num_chunks - 1 when it ends inside it
-      // (the same chunk when the block lies within one).
-      const int edges = (shift != 0 ? 1 : 0) + (tail != 0 && (shift == 0 || num_chunks > 1) ? 1 : 0);
-      if (tid_g < Cfg::kTileCols * edges) {
-        const int col = tid_g / edges;
-        const int k = (tid_g % edges == 0 && shift != 0) ? 0 : num_chunks - 1;
-        if (tile_col + col < p.cols) {
-          const int64_t chunk_row = first_row + 16 * k;
-          const int lo = chunk_row < t.row_start ? shift : 0;
-          const int hi = chunk_row + 16 > end ? static_cast<int>(end - chunk_row) : 16;
-          store_chunk_bytes(p.q_t + (tile_col + col) * p.q_t_ld + chunk_row, chunk_data(col, k), lo, hi);
+      if (shift == 0 && whole == Cfg::kTileRows / 16 && tile_col + Cfg::kTileCols <= p.cols) {
+        // A block of 128 rows starting 16-aligned (every Colwise/Both block but the last), all 128 columns
+        // inside C: 8 whole chunks per column, thread tid_g stores chunk tid_g % 8 of columns
+        // tid_g / 8 + 32 i; no division, no bounds checks, one address computation.
+        constexpr int kColStep = Cfg::kConsumerThreads / (Cfg::kTileRows / 16);  // 32
+        const int col0 = tid_g / (Cfg::kTileRows / 16);
+        const int k = tid_g % (Cfg::kTileRows / 16);
+        uint8_t* dst = p.q_t + (tile_col + col0) * p.q_t_ld + first_row + 16 * k;
+        const int64_t dst_step = kColStep * p.q_t_ld;
+#pragma unroll
+        for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
+          *reinterpret_cast<uint4*>(dst + i * dst_step) = qt_chunk_unchecked(gs, col0 + i * kColStep, k);
+        }
+      } else {
+        // task / whole without a division per store: whole <= 9 and task < 128 * 9, where
+        // floor(task * ceil(2^16 / whole) / 2^16) is exact (the error task * (ceil - 2^16 / whole) / 2^16
+        // < 0.02 stays below the 1 / whole gap to the next integer).
+        const uint32_t magic = whole > 0 ? (65536u + whole - 1) / whole : 0u;
+        for (int task = tid_g; task < Cfg::kTileCols * whole; task += Cfg::kConsumerThreads) {
+          const int col = static_cast<int>((static_cast<uint32_t>(task) * magic) >> 16);
+          const int k = k_begin + (task - col * whole);
+          if (tile_col + col >= p.cols) continue;
+          *reinterpret_cast<uint4*>(p.q_t + (tile_col + col) * p.q_t_ld + first_row + 16 * k) = chunk_data(col, k);
+        }
+        // Edge chunks: k = 0 when the block starts inside it, k = num_chunks - 1 when it ends inside it
+        // (the same chunk when the block lies within one).
+        const int edges = (shift != 0 ? 1 : 0) + (tail != 0 && (shift == 0 || num_chunks > 1) ? 1 : 0);
+        if (tid_g < Cfg::kTileCols * edges) {
+          const int col = tid_g / edges;
+          const int k = (tid_g % edges == 0 && shift != 0) ? 0 : num_chunks - 1;
+          if (tile_col + col < p.cols) {
+            const int64_t chunk_row = first_row + 16 * k;
+            const int lo = chunk_row < t.row_start ? shift : 0;
+            const int hi = chunk_row + 16 > end ? static_cast<int>(end - chunk_row) : 16;
+            store_chunk_bytes(p.q_t + (tile_col + col) * p.q_t_ld + chunk_row, chunk_data(col, k), lo, hi);
+          }
         }
       }
     }

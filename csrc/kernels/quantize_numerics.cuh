@@ -165,9 +165,20 @@ __device__ __forceinline__ void pack8_raw(const T (&e)[kColsPerThread], RawVec<T
 
 template <typename T>
 __device__ __forceinline__ void unpack8(const RawVec<T>& r, float (&v)[kColsPerThread]) {
-  const T* e = reinterpret_cast<const T*>(r.raw);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    // A bf16 is the high half of the fp32 it widens to: one shift or mask per element (the conversion
+    // intrinsic costs a byte permute plus a multiply for the high halfword).
+    const uint32_t w[4] = {r.raw[0].x, r.raw[0].y, r.raw[0].z, r.raw[0].w};
 #pragma unroll
-  for (int j = 0; j < kColsPerThread; ++j) v[j] = to_float(e[j]);
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  } else {
+    const T* e = reinterpret_cast<const T*>(r.raw);
+#pragma unroll
+    for (int j = 0; j < kColsPerThread; ++j) v[j] = to_float(e[j]);
+  }
 }
 
 // ------------------------------------------------------------------ amax on raw bits ------------------
