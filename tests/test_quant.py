@@ -623,3 +623,32 @@ def test_gpu_round_trip_through_gemm():
 def test_gpu_round_trip_through_grouped_gemm():
     _grouped_round_trip("cuda")
 
+
+@sm90
+@pytest.mark.parametrize("op,align", [("colwise", 0), ("both", 0), ("segments", 1), ("segments", 16)])
+def test_gpu_repeated_calls_on_a_large_input(op, align):
+    # Regression test (session 4): with 4 pipeline stages shared by 3 consumer groups, a group could wait
+    # for the next fill of a stage whose previous fill (another group's tile) had not landed; the mbarrier
+    # wait compares phase parity only, so it returned at once and the group read and released the wrong
+    # tile. It showed only under many calls on large inputs with the L2 flushed in between (wrong bits,
+    # "unspecified launch failure", hangs), most often with 16-aligned segments. Every call must give the
+    # bits of the first.
+    rows, cols = 16384, 7168
+    gen = torch.Generator(device="cuda").manual_seed(71)
+    x = torch.randn(rows, cols, generator=gen, device="cuda").to(torch.bfloat16)
+    sizes = None
+    if op == "segments":
+        from wgrad.bench_quant import SEGMENTS, _segment_sizes
+
+        sizes_list = _segment_sizes(rows, SEGMENTS)  # uneven, like the benchmark's
+        sizes_list = [s // align * align for s in sizes_list[:-1]]
+        sizes_list.append(rows - sum(sizes_list))
+        sizes = torch.tensor(sizes_list, dtype=torch.int32, device="cuda")
+    first = [t.clone() for t in _call(op, x, False, sizes)]
+    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+    for i in range(300):
+        flush.zero_()
+        outs = _call(op, x, False, sizes)
+        if i % 50 == 49:
+            for got, exp in zip(outs, first):
+                _assert_bits_equal(got, exp, f"{op} call {i + 1}")

@@ -1,13 +1,13 @@
 // \brief Column-wise FP8 1x128 quantization on SM90 (also "both" and the MoE segments): a persistent,
 // warp-specialized kernel. One producer warp streams 128 x 128 tiles of x into a ring of shared-memory
-// stages with TMA; consumer groups of eight warps (two groups for 16-bit x, one for fp32) take the tiles
-// in turn, quantize them and write q_t (and, in Both, q). Torch-free.
+// stages with TMA; consumer groups of eight warps (three groups for 16-bit x, one for fp32) take the
+// tiles in turn, each from its own stage(s), quantize them and write q_t (and, in Both, q). Torch-free.
 //
 // Why this shape (the v1 tile kernel reached 49-59 % of a copy; see docs/perf-notes.md, "Quantization
 // kernels v2"):
 //   - a column block needs all 128 rows before its first q: the tile has to be complete on chip. v1 held
 //     it in registers of one CTA, so nothing was in flight while the CTA reduced, synchronised and stored.
-//     Here the TMA ring keeps kStages - 1 tiles (96 KB of bf16, 128 KB of fp32) in flight per SM while
+//     Here the TMA ring keeps up to kStages tiles (96 KB of bf16, 192 KB of fp32) in flight per SM while
 //     the consumers work on the current one; a stage is released once its tile is in registers (and used).
 //   - TMA zero-fills rows past R and columns past C: missing elements never change an amax, and no
 //     thread checks bounds on loads. (Segments: rows past the segment are real data and are masked;
@@ -40,9 +40,6 @@ template <typename T, QuantMode kMode>
 struct ColwiseSm90Config {
   static constexpr int kTileRows = kBlock;  // one column block
   static constexpr int kTileCols = kBlock;  // one row block (Both)
-  // 4 x 32 KB (bf16/fp16) or 3 x 64 KB (fp32) of stages: 3 tiles in flight while one is consumed,
-  // within the 227 KB of shared memory of an SM (one CTA per SM).
-  static constexpr int kStages = sizeof(T) == 4 ? 3 : 4;
   static constexpr int kConsumerThreads = 256;  // one consumer group: 8 warps
   static constexpr int kConsumerWarps = kConsumerThreads / 32;
   // Consumer groups work on different tiles at once (tiles go round-robin between them), so that one
@@ -51,6 +48,17 @@ struct ColwiseSm90Config {
   // registers per thread (800 threads); fp32 keeps one group: its registers (up to 150 per thread)
   // would not fit twice.
   static constexpr int kGroups = sizeof(T) == 4 ? 1 : 3;
+  // 3 x 32 KB (bf16/fp16) or 3 x 64 KB (fp32) of stages. The stage count must be a multiple of the
+  // group count, so that every stage is only ever consumed by one group. Why: a group steps its pipeline
+  // state over the other groups' tiles without waiting on them, and an mbarrier wait only compares phase
+  // parity. With 4 stages and 3 groups, group B could wait for the next fill of a stage whose previous
+  // fill (group A's tile, issued earlier) had not landed yet: the barrier, one phase behind, has the
+  // other parity, so the wait returned at once; B read the old tile and its 256 arrivals released
+  // A's stage (on the H200: wrong data, "unspecified launch failure" and hangs under repeated calls,
+  // most often with segment blocks whose 16-row boxes are mostly past the segment, which land first).
+  // With a stage per group, each group waits on its stage's barrier for every fill, in order.
+  static constexpr int kStages = 3;
+  static_assert(kStages % kGroups == 0, "each stage must belong to one consumer group (see above)");
   static constexpr int kThreads = kGroups * kConsumerThreads + 32;  // + the producer warp
   static constexpr int kColGroups = kTileCols / kColsPerThread;  // 16
   static constexpr int kRowGroups = kConsumerThreads / kColGroups;  // 16
@@ -265,7 +273,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
 
   // ---------------------------------------------------------------- consumers
   // Group g takes the CTA's non-empty tiles number g, g + kGroups, ... (in the producer's order); its
-  // pipeline state steps over the other groups' stages.
+  // pipeline state steps over the other groups' tiles, whose stages are never its own (kStages is a
+  // multiple of kGroups: see the config for why that matters).
   const int group = threadIdx.x / Cfg::kConsumerThreads;
   const int tid_g = threadIdx.x % Cfg::kConsumerThreads;
   auto& gs = smem.group[group];
