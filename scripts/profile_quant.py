@@ -22,12 +22,9 @@ def main():
     rows, cols = (int(v) for v in shape.split(","))
     ops = torch.ops.wgrad
     x = torch.randn(rows, cols, dtype=dtype, device="cuda")
-    sizes_list = bench_quant._segment_sizes(rows, bench_quant.SEGMENTS)
-    if kind.startswith("segments") and kind != "segments":
-        align = int(kind[len("segments"):])
-        sizes_list = [s // align * align for s in sizes_list[:-1]]
-        sizes_list.append(rows - sum(sizes_list))
-        kind = "segments"
+    align = int(kind[len("segments"):] or 1) if kind.startswith("segments") else 1
+    sizes_list = bench_quant._segment_sizes(rows, bench_quant.SEGMENTS, align)
+    kind = "segments" if kind.startswith("segments") else kind
     sizes = torch.tensor(sizes_list, dtype=torch.int32, device="cuda")
     fn = {
         "rowwise": lambda: ops.quantize_fp8_1x128_rowwise(x, False),

@@ -277,6 +277,20 @@ def test_bad_size_values_rejected_on_cpu(sizes, msg):
         OPS.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes, dtype=torch.int32), False)
 
 
+def test_bench_segment_sizes():
+    # The quantization bench's segment splits: uneven, summing to R; unaligned by default (not even
+    # multiples of 16), or rounded to multiples of `align` (colwise_segments16: what the k-grouped GEMM takes).
+    from wgrad.bench_quant import _segment_sizes
+
+    for rows in (4096, 8192, 16384):
+        for align in (1, 16, 128):
+            sizes = _segment_sizes(rows, 8, align)
+            assert len(sizes) == 8 and sum(sizes) == rows and min(sizes) > 0 and len(set(sizes)) > 1
+            if align > 1:
+                assert all(s % align == 0 for s in sizes), (rows, align, sizes)
+        assert any(s % 16 for s in _segment_sizes(rows, 8))
+
+
 def test_python_api_flattens_and_converts():
     x = _random_x(6 * 50, 256, torch.bfloat16, seed=17)
     q, s = wgrad.quantize_fp8_1x128_rowwise(x.view(6, 50, 256))
@@ -640,9 +654,7 @@ def test_gpu_repeated_calls_on_a_large_input(op, align):
     if op == "segments":
         from wgrad.bench_quant import SEGMENTS, _segment_sizes
 
-        sizes_list = _segment_sizes(rows, SEGMENTS)  # uneven, like the benchmark's
-        sizes_list = [s // align * align for s in sizes_list[:-1]]
-        sizes_list.append(rows - sum(sizes_list))
+        sizes_list = _segment_sizes(rows, SEGMENTS, align)  # uneven, like the benchmark's
         sizes = torch.tensor(sizes_list, dtype=torch.int32, device="cuda")
     first = [t.clone() for t in _call(op, x, False, sizes)]
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")

@@ -4,7 +4,9 @@ Each kernel is timed on DeepSeek-V3-like activations `x` [tokens, features] next
 - a device-to-device copy moving the same number of bytes (the bandwidth ceiling), and
 - the plain PyTorch way: per-block amax through a view, divide, cast, `.t().contiguous()` for the
   transposed operand, and a copy of the scales into the MN-major layout the GEMMs take.
-Bytes moved = read x once + write every output (q, q_t, scales). Times are medians of CUDA-event
+The MoE segments cast runs twice: with 8 uneven segment sizes that are not multiples of 16
+(`colwise_segments`) and with the same split rounded to multiples of 16 (`colwise_segments16`, the token
+counts the k-grouped GEMM takes). Bytes moved = read x once + write every output (q, q_t, scales). Times are medians of CUDA-event
 intervals with the L2 flushed (a 256 MiB write) before every call.
 """
 
@@ -82,14 +84,19 @@ def _torch_segments(x: torch.Tensor, sizes: Sequence[int]):
 # ------------------------------------------------------------------ the benchmark -------------------
 
 
-def _segment_sizes(rows: int, groups: int) -> List[int]:
-    # uneven and not 128-aligned (what MoE routing produces), summing to rows
+def _segment_sizes(rows: int, groups: int, align: int = 1) -> List[int]:
+    """Uneven segment sizes summing to rows (what MoE routing produces). align = 1: not even multiples of
+    16; align > 1: each but the last rounded down to a multiple of align (the last takes the rest), e.g. 16
+    for token counts padded the way the k-grouped GEMM takes them."""
     base = [rows // groups] * groups
     base[-1] += rows - sum(base)
     for g in range(0, groups - 1, 2):
         shift = min(37 * (g + 1), base[g + 1])
         base[g] += shift
         base[g + 1] -= shift
+    if align > 1:
+        base = [s // align * align for s in base[:-1]]
+        base.append(rows - sum(base))
     return base
 
 
@@ -97,12 +104,13 @@ def _bytes(kind: str, rows: int, cols: int, elem: int, groups: int = 1) -> int:
     x_bytes = rows * cols * elem
     q = rows * cols
     s_row = rows * num_k_blocks(cols) * 4
-    s_col = cols * (num_k_blocks(rows) + (groups - 1 if kind == "colwise_segments" else 0)) * 4
+    s_col = cols * (num_k_blocks(rows) + (groups - 1 if kind.startswith("colwise_segments") else 0)) * 4
     return x_bytes + {
         "rowwise": q + s_row,
         "colwise": q + s_col,
         "both": 2 * q + s_row + s_col,
         "colwise_segments": q + s_col,
+        "colwise_segments16": q + s_col,
     }[kind]
 
 
@@ -121,12 +129,16 @@ def run_quant_bench(shapes: Optional[Sequence[Tuple[int, int]]] = None, dtype: t
         x = torch.randn(rows, cols, dtype=dtype, device="cuda")
         sizes_list = _segment_sizes(rows, SEGMENTS)
         sizes = torch.tensor(sizes_list, dtype=torch.int32, device="cuda")
+        sizes16_list = _segment_sizes(rows, SEGMENTS, 16)
+        sizes16 = torch.tensor(sizes16_list, dtype=torch.int32, device="cuda")
         kernels = {
             "rowwise": (lambda: ops.quantize_fp8_1x128_rowwise(x, False), lambda: _torch_rowwise(x)),
             "colwise": (lambda: ops.quantize_fp8_1x128_colwise(x, False), lambda: _torch_colwise(x)),
             "both": (lambda: ops.quantize_fp8_1x128_both(x, False), lambda: _torch_both(x)),
             "colwise_segments": (lambda: ops.quantize_fp8_1x128_colwise_segments(x, sizes, False),
                                  lambda: _torch_segments(x, sizes_list)),
+            "colwise_segments16": (lambda: ops.quantize_fp8_1x128_colwise_segments(x, sizes16, False),
+                                   lambda: _torch_segments(x, sizes16_list)),
         }
         valid = _validate(x, ops)
         for kind, (ours, theirs) in kernels.items():
