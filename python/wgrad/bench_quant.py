@@ -6,8 +6,8 @@ Each kernel is timed on DeepSeek-V3-like activations `x` [tokens, features] next
   transposed operand, and a copy of the scales into the MN-major layout the GEMMs take.
 The MoE segments cast runs twice: with 8 uneven segment sizes that are not multiples of 16
 (`colwise_segments`) and with the same split rounded to multiples of 16 (`colwise_segments16`, the token
-counts the k-grouped GEMM takes). Bytes moved = read x once + write every output (q, q_t, scales). Times are medians of CUDA-event
-intervals with the L2 flushed (a 256 MiB write) before every call.
+counts the k-grouped GEMM takes). Bytes moved = read x once + write every output (q, q_t, scales).
+Times are medians of CUDA-event intervals with the L2 flushed (a 256 MiB write) before every call.
 """
 
 from __future__ import annotations
