@@ -86,6 +86,16 @@ struct SegmentScanScratch {
   int64_t carry_blocks;
 };
 
+// Scale column `row_block` of a segment-table entry without rows, columns [tile_col, tile_col + 128) of
+// it, one column per thread `c` (< 128): 0 for an unused trailing column (row_count == 0), NaN for invalid
+// segment sizes (row_count < 0), so that any GEMM that consumes these scales produces NaN instead of a
+// silently wrong result.
+__device__ __forceinline__ void fill_empty_scale_column(const QuantizeParams& p, int64_t row_block, int64_t tile_col,
+                                                        int row_count, int c) {
+  const float fill = row_count == 0 ? 0.0f : __uint_as_float(kScaleNanBits);
+  if (tile_col + c < p.cols) p.scales_t[row_block * p.scales_t_ld + tile_col + c] = fill;
+}
+
 // ------------------------------------------------------------------ q_t staging -----------------------
 // Shared memory holds the tile's q_t as [kTileCols][32 words]; word w of column c sits at w ^ swz(c).
 // The XOR makes the 32 lanes of a warp (16 columns x 2 words) hit 32 different banks when they store,
@@ -135,12 +145,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
     row_start = rb.row_start;
     row_count = rb.row_count;
     if (row_count <= 0) {
-      // Unused trailing scale column (0), or invalid segment sizes (NaN, so that any GEMM that consumes
-      // these scales produces NaN instead of a silently wrong result).
-      const float fill = row_count == 0 ? 0.0f : __uint_as_float(kScaleNanBits);
-      for (int c = tid; c < kTileCols; c += kThreads) {
-        if (tile_col + c < p.cols) p.scales_t[row_block * p.scales_t_ld + tile_col + c] = fill;
-      }
+      for (int c = tid; c < kTileCols; c += kThreads) fill_empty_scale_column(p, row_block, tile_col, row_count, c);
       return;
     }
   } else {

@@ -108,7 +108,6 @@ struct ColwiseSm90Params {
   SegmentTableArgs segments;
 };
 
-// Named barriers of the consumer warps (offset past CUTLASS's reserved ids by NamedBarrier).
 // Named barriers of the consumer groups (offset past CUTLASS's reserved ids by NamedBarrier): group g
 // uses Consumers + g.
 enum class QuantBarrierId : uint32_t { Consumers = 0 };
@@ -294,13 +293,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     const int64_t tile_col = t.col_tile * Cfg::kTileCols;
     if constexpr (kMode == QuantMode::ColwiseSegments) {
       if (t.row_count <= 0) {
-        if (group != 0) continue;
-        // Unused trailing scale column (0), or invalid segment sizes (NaN, so that any GEMM that consumes
-        // these scales produces NaN instead of a silently wrong result).
-        const float fill = t.row_count == 0 ? 0.0f : __uint_as_float(kScaleNanBits);
-        if (tid_g < Cfg::kTileCols && tile_col + tid_g < p.cols) {
-          p.scales_t[t.row_block * p.scales_t_ld + tile_col + tid_g] = fill;
-        }
+        if (group == 0 && tid_g < Cfg::kTileCols) fill_empty_scale_column(p, t.row_block, tile_col, t.row_count, tid_g);
         continue;
       }
     }
