@@ -273,7 +273,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_bo
 }
 
 // Sizes stay on the device: the kernel validates them and works out the row range of every scale column
-// (each CTA in its shared memory; for tables of more than ~1500-4000 entries, and for the generic
+// (each CTA in its shared memory; for tables of more than ~1000-4000 entries, and for the generic
 // kernel, a one-CTA kernel in global memory first), then quantizes all k_block_capacity(R, G) columns
 // (no host synchronisation, capturable in a CUDA graph). Invalid sizes (a negative one, or a sum != R):
 // every scale is NaN and q_t is not written.

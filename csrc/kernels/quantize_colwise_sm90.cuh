@@ -1,7 +1,8 @@
 // \brief Column-wise FP8 1x128 quantization on SM90 (also "both" and the MoE segments): a persistent,
 // warp-specialized kernel. One producer warp streams 128 x 128 tiles of x into a ring of shared-memory
 // stages with TMA; consumer groups of eight warps (three groups for 16-bit x, one for fp32) take the
-// tiles in turn, each from its own stage(s), quantize them and write q_t (and, in Both, q). Torch-free.
+// tiles (in turn, or in runs of consecutive blocks for some MoE segments: TileOrder), each group through
+// its own pipeline stage(s), quantize them and write q_t (and, in Both, q). Torch-free.
 //
 // Why this shape (the v1 tile kernel reached 49-59 % of a copy; see docs/perf-notes.md, "Quantization
 // kernels v2"):
@@ -48,17 +49,15 @@ struct ColwiseSm90Config {
   // registers per thread (800 threads); fp32 keeps one group: its registers (up to 150 per thread)
   // would not fit twice.
   static constexpr int kGroups = sizeof(T) == 4 ? 1 : 3;
-  // 3 x 32 KB (bf16/fp16) or 3 x 64 KB (fp32) of stages. The stage count must be a multiple of the
-  // group count, so that every stage is only ever consumed by one group. Why: a group steps its pipeline
-  // state over the other groups' tiles without waiting on them, and an mbarrier wait only compares phase
-  // parity. With 4 stages and 3 groups, group B could wait for the next fill of a stage whose previous
-  // fill (group A's tile, issued earlier) had not landed yet: the barrier, one phase behind, has the
-  // other parity, so the wait returned at once; B read the old tile and its 256 arrivals released
-  // A's stage (on the H200: wrong data, "unspecified launch failure" and hangs under repeated calls,
-  // most often with segment blocks whose 16-row boxes are mostly past the segment, which land first).
-  // With a stage per group, each group waits on its stage's barrier for every fill, in order.
+  // 3 x 32 KB (bf16/fp16) or 3 x 64 KB (fp32) of stages. Every consumer group has a pipeline of its own
+  // (16-bit: one stage per group; fp32: the one group has three): a stage is waited on and released by
+  // one group only, for every fill, in order, as CUTLASS's pipeline assumes. (Session 4 shared one ring
+  // of 4 stages between 3 groups that stepped over each other's tiles without waiting; an mbarrier wait
+  // compares phase parity only, so a group could return from the wait for a stage whose previous fill,
+  // another group's tile, had not landed yet: wrong data, launch failures and hangs on the H200.)
   static constexpr int kStages = 3;
-  static_assert(kStages % kGroups == 0, "each stage must belong to one consumer group (see above)");
+  static_assert(kStages % kGroups == 0, "the groups share the stages out evenly");
+  static constexpr int kStagesPerGroup = kStages / kGroups;
   static constexpr int kThreads = kGroups * kConsumerThreads + 32;  // + the producer warp
   static constexpr int kColGroups = kTileCols / kColsPerThread;  // 16
   static constexpr int kRowGroups = kConsumerThreads / kColGroups;  // 16
@@ -69,15 +68,15 @@ struct ColwiseSm90Config {
   // RowBlock per scale column, 8 bytes each) when it fits in this many entries; larger tables are built
   // in global memory by build_segment_table_kernel first (one more launch).
   static constexpr bool kSegments = kMode == QuantMode::ColwiseSegments;
-  static constexpr int kTableEntries = !kSegments ? 1 : (sizeof(T) == 4 ? 1536 : 4096);
+  static constexpr int kTableEntries = !kSegments ? 1 : (sizeof(T) == 4 ? 1024 : 4096);
   // A tile is loaded as 8 boxes of 16 rows. A box wholly past the block's rows is aimed past R instead:
   // TMA zero-fills it without reading memory, and still counts its bytes. So a segment's last, partial
   // block reads at most 15 rows of the next segment, not up to 127.
   static constexpr int kBoxRows = 16;
   static constexpr int kBoxesPerTile = kTileRows / kBoxRows;
 
-  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineState = cutlass::PipelineState<kStages>;
+  using Pipeline = cutlass::PipelineTmaAsync<kStagesPerGroup>;  // one per consumer group
+  using PipelineState = cutlass::PipelineState<kStagesPerGroup>;
 
   struct GroupStorage {  // one consumer group's scratch
     alignas(16) uint2 qt[kTileCols][kQtSlots];          // staged q_t: slot s of column c at s ^ swz(c)
@@ -85,13 +84,17 @@ struct ColwiseSm90Config {
     // (scale, 1 / scale) of column c = 8 cc + j at [j][cc]: the 16 column groups of a warp read 16
     // consecutive pairs, one wavefront (a [c] layout would be a 4-way bank conflict per read).
     alignas(16) float2 col_scale[kColsPerThread][kColGroups];
+    // ColwiseSegments: the last, incomplete 32-byte sector of every column of the group's previous block,
+    // when the group's next block continues the column (its bytes past the block are 0); see the q_t
+    // stores in the kernel for why.
+    alignas(16) uint4 carry[kSegments ? kTileCols : 1][2];
   };
   struct SharedStorage {
     alignas(128) T x[kStages][kTileRows * kTileCols];   // (TILE_R,TILE_C,PIPE) row-major tiles
     GroupStorage group[kGroups];
     alignas(16) RowBlock table[kTableEntries];          // ColwiseSegments: [row blocks] + [segments]
     SegmentScanScratch<kThreads / 32> scan;
-    typename Pipeline::SharedStorage pipeline;
+    typename Pipeline::SharedStorage pipeline[kGroups];
   };
 
   static_assert(kColGroups == 16 && kRowGroups == 16, "a half-warp is one tile row; a warp two row groups");
@@ -119,12 +122,66 @@ struct QuantTile {
   int row_count;  // <= 0: no rows (ColwiseSegments: unused scale column, or invalid sizes)
 };
 
+// The order of the tiles, the same in every CTA of a launch.
+//   Row-major (Colwise, Both, and ColwiseSegments by default): the CTA takes tiles blockIdx.x + k *
+//     gridDim.x, so that the CTAs work on neighbouring column tiles of the same rows at the same time,
+//     and its groups take them in turn.
+//   Runs (ColwiseSegments whose segments do not all start on a 32-byte sector of q_t, when every group
+//     gets at least kRunTilesPerWorker tiles): column-major, every group ("worker") a contiguous range
+//     (ranges differ by at most one tile), so that it quantizes the row blocks of a column tile one after
+//     the other and writes q_t in whole sectors across block boundaries (see the q_t stores). Measured
+//     (H200, bf16, % of a copy; segments split as the benchmark's, rounded to 16 rows / not rounded):
+//     16384 x 7168: runs 74.8 / 74.2, row-major 55.5 / 57.8; but 4096 x 7168 (5.5 tiles per worker):
+//     runs 68.5 / 69.9, row-major 76.4 / 69.0, and with 32-aligned starts row-major is ahead at every
+//     size (no sector is shared). Hence the threshold.
+// ColwiseSegments tiles are the used row blocks (table entries [0, blocks_per_col)) of every column
+// tile; the unused scale columns are filled separately. (Runs that also counted them left some workers a
+// tile more than others: -11 points of a copy at 8192 x 2112.)
+constexpr int64_t kRunTilesPerWorker = 12;
+
+struct TileOrder {
+  bool runs;
+  int64_t blocks_per_col;  // row blocks per column tile
+};
+
+struct GroupTiles {  // linear tiles first, first + step, ... < end
+  int64_t first;
+  int64_t end;
+  int64_t step;
+};
+
+template <int kGroups>
+__device__ __forceinline__ GroupTiles group_tiles(const TileOrder& order, int64_t num_tiles, int group) {
+  if (order.runs) {
+    const int64_t workers = static_cast<int64_t>(gridDim.x) * kGroups;
+    const int64_t w = static_cast<int64_t>(blockIdx.x) * kGroups + group;
+    return {num_tiles * w / workers, num_tiles * (w + 1) / workers, 1};
+  }
+  return {blockIdx.x + static_cast<int64_t>(group) * gridDim.x, num_tiles, static_cast<int64_t>(kGroups) * gridDim.x};
+}
+
+// ColwiseSegments: the used entries of the row-block table form a prefix (build_segment_table); their
+// count, by binary search for the first entry without rows (0 when the sizes are invalid).
+__device__ __forceinline__ int64_t used_row_blocks(const RowBlock* table, int64_t num_row_blocks) {
+  int64_t lo = 0, hi = num_row_blocks;  // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (table[mid].row_count > 0) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
 template <QuantMode kMode>
 __device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params, const RowBlock* table,
-                                                int64_t tile) {
+                                                const TileOrder& order, int64_t tile) {
   QuantTile t;
-  t.row_block = tile / params.num_col_tiles;
-  t.col_tile = tile - t.row_block * params.num_col_tiles;
+  if (order.runs) {
+    t.col_tile = tile / order.blocks_per_col;
+    t.row_block = tile - t.col_tile * order.blocks_per_col;
+  } else {
+    t.row_block = tile / params.num_col_tiles;
+    t.col_tile = tile - t.row_block * params.num_col_tiles;
+  }
   if constexpr (kMode == QuantMode::ColwiseSegments) {
     const RowBlock rb = table[t.row_block];
     t.row_start = rb.row_start;
@@ -204,6 +261,23 @@ __device__ __forceinline__ void store_chunk_bytes(uint8_t* dst, const uint4& d, 
   if (b < hi) dst[b] = static_cast<uint8_t>(word(b) >> (8 * (b & 3)));
 }
 
+// Bytes [lo, hi) of q_t column row range [r0, r0 + 16) (r0 16-aligned), taken from the 16-byte chunk d
+// that belongs there: one 16-byte store when the range covers it, byte-exact stores when only a part.
+__device__ __forceinline__ void store_chunk_range(uint8_t* col_base, int64_t r0, const uint4& d, int64_t lo,
+                                                  int64_t hi) {
+  const int b0 = lo > r0 ? static_cast<int>(lo - r0) : 0;
+  const int b1 = hi < r0 + 16 ? static_cast<int>(hi - r0) : 16;
+  if (b0 == 0 && b1 == 16) {
+    *reinterpret_cast<uint4*>(col_base + r0) = d;
+  } else if (b0 < b1) {
+    store_chunk_bytes(col_base + r0, d, b0, b1);
+  }
+}
+
+__device__ __forceinline__ uint4 or4(const uint4& a, const uint4& b) {
+  return make_uint4(a.x | b.x, a.y | b.y, a.z | b.z, a.w | b.w);
+}
+
 template <typename T, QuantMode kMode>
 __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     quantize_fp8_1x128_colwise_sm90_kernel(const __grid_constant__ ColwiseSm90Params params) {
@@ -226,9 +300,17 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   pipeline_params.role = producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pipeline_params.is_leader = tid == kProducerTid;
   // One CTA (no cluster): every thread of the consumer group that read a stage arrives on its empty
-  // barrier; a stage is read by one group.
+  // barrier; a group's stages are read by that group only.
   pipeline_params.num_consumers = Cfg::kConsumerThreads;
-  Pipeline pipeline(smem.pipeline, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+#pragma unroll
+  for (int g = 0; g < Cfg::kGroups; ++g) {
+    Pipeline init(smem.pipeline[g], pipeline_params, ClusterShape{});  // warp 0 initialises the barriers
+  }
+  // A handle on group g's pipeline (its barriers are initialised above, once).
+  auto group_pipeline = [&](int g) {
+    return Pipeline(smem.pipeline[g], pipeline_params, ClusterShape{}, cute::false_type{});
+  };
 
   // Segments: the row-block table, built by every CTA for itself (it synchronises the CTA, so the
   // pipeline barriers above are initialised too), or the one in global memory.
@@ -243,37 +325,60 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   }
   __syncthreads();  // barriers initialised before anyone waits on them
 
-  const int64_t num_tiles = params.num_row_blocks * params.num_col_tiles;
+  // The tile order (TileOrder): ColwiseSegments quantizes the used row blocks only, in runs when a
+  // segment starts inside a sector and the tiles are many.
+  TileOrder order{false, params.num_row_blocks};
+  if constexpr (Cfg::kSegments) {
+    order.blocks_per_col = used_row_blocks(table, params.num_row_blocks);
+    bool inside_sector = false;
+    for (int64_t b = tid; b < order.blocks_per_col; b += Cfg::kThreads) inside_sector |= (table[b].row_start & 31) != 0;
+    const int64_t workers = static_cast<int64_t>(gridDim.x) * Cfg::kGroups;
+    order.runs = __syncthreads_or(inside_sector) &&
+                 order.blocks_per_col * params.num_col_tiles >= kRunTilesPerWorker * workers;
+  }
+  const int64_t num_tiles = order.blocks_per_col * params.num_col_tiles;
 
   // ---------------------------------------------------------------- producer: one thread
+  // It serves the groups in turn, each from its own tile list and into its own stages.
   if (producer) {
     if (tid == kProducerTid) {
       constexpr uint64_t kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
-      auto state = cutlass::make_producer_start_state<Pipeline>();
-      for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-        const QuantTile t = quant_tile<kMode>(params, table, tile);
-        if (t.row_count <= 0) continue;  // the consumers skip it too
-        pipeline.producer_acquire(state);
-        uint64_t* bar = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(state));
-        const int32_t col = static_cast<int32_t>(t.col_tile * Cfg::kTileCols);
+      typename Cfg::PipelineState states[Cfg::kGroups];
+      GroupTiles tiles[Cfg::kGroups];
 #pragma unroll
-        for (int b = 0; b < Cfg::kBoxesPerTile; ++b) {
-          const int r = b * Cfg::kBoxRows;
-          const int32_t row = r < t.row_count ? static_cast<int32_t>(t.row_start + r) : static_cast<int32_t>(p.rows);
-          cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, smem.x[state.index()] + r * Cfg::kTileCols,
-                                       col, row);
-        }
-        ++state;
+      for (int g = 0; g < Cfg::kGroups; ++g) {
+        states[g] = cutlass::make_producer_start_state<Pipeline>();
+        tiles[g] = group_tiles<Cfg::kGroups>(order, num_tiles, g);
       }
-      pipeline.producer_tail(state);
+      for (bool more = true; more;) {
+        more = false;
+#pragma unroll
+        for (int g = 0; g < Cfg::kGroups; ++g) {
+          if (tiles[g].first >= tiles[g].end) continue;  // the group has no tiles left
+          const QuantTile t = quant_tile<kMode>(params, table, order, tiles[g].first);
+          tiles[g].first += tiles[g].step;
+          more = true;
+          Pipeline pipeline = group_pipeline(g);
+          pipeline.producer_acquire(states[g]);
+          uint64_t* bar = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(states[g]));
+          T* stage = smem.x[g * Cfg::kStagesPerGroup + states[g].index()];
+          const int32_t col = static_cast<int32_t>(t.col_tile * Cfg::kTileCols);
+#pragma unroll
+          for (int b = 0; b < Cfg::kBoxesPerTile; ++b) {
+            const int r = b * Cfg::kBoxRows;
+            const int32_t row = r < t.row_count ? static_cast<int32_t>(t.row_start + r) : static_cast<int32_t>(p.rows);
+            cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, stage + r * Cfg::kTileCols, col, row);
+          }
+          ++states[g];
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < Cfg::kGroups; ++g) group_pipeline(g).producer_tail(states[g]);
     }
     return;
   }
 
   // ---------------------------------------------------------------- consumers
-  // Group g takes the CTA's non-empty tiles number g, g + kGroups, ... (in the producer's order); its
-  // pipeline state steps over the other groups' tiles, whose stages are never its own (kStages is a
-  // multiple of kGroups: see the config for why that matters).
   const int group = threadIdx.x / Cfg::kConsumerThreads;
   const int tid_g = threadIdx.x % Cfg::kConsumerThreads;
   auto& gs = smem.group[group];
@@ -285,27 +390,34 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     cutlass::arch::NamedBarrier::sync(Cfg::kConsumerThreads,
                                       static_cast<uint32_t>(QuantBarrierId::Consumers) + static_cast<uint32_t>(group));
   };
+  Pipeline pipeline = group_pipeline(group);
   typename Cfg::PipelineState state;
-  int64_t seen = 0;  // non-empty tiles of this CTA so far
+  const GroupTiles tiles = group_tiles<Cfg::kGroups>(order, num_tiles, group);
+  bool head_carry = false;  // ColwiseSegments: gs.carry holds the sector this block starts inside
 
-  for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    const QuantTile t = quant_tile<kMode>(params, table, tile);
-    const int64_t tile_col = t.col_tile * Cfg::kTileCols;
-    if constexpr (kMode == QuantMode::ColwiseSegments) {
-      if (t.row_count <= 0) {
-        if (group == 0 && tid_g < Cfg::kTileCols) fill_empty_scale_column(p, t.row_block, tile_col, t.row_count, tid_g);
-        continue;
+  if constexpr (Cfg::kSegments) {
+    // The unused scale columns [blocks_per_col, num_row_blocks) of every column tile (all of them when
+    // the sizes are invalid), dealt out to the workers in turn.
+    const int64_t unused = params.num_row_blocks - order.blocks_per_col;
+    const int64_t workers = static_cast<int64_t>(gridDim.x) * Cfg::kGroups;
+    for (int64_t v = static_cast<int64_t>(blockIdx.x) * Cfg::kGroups + group; v < unused * params.num_col_tiles;
+         v += workers) {
+      const int64_t col_tile = v / unused;
+      const int64_t row_block = order.blocks_per_col + (v - col_tile * unused);
+      if (tid_g < Cfg::kTileCols) {
+        fill_empty_scale_column(p, row_block, col_tile * Cfg::kTileCols, table[row_block].row_count, tid_g);
       }
     }
-    if (seen++ % Cfg::kGroups != group) {  // another group's tile: skip its stage
-      ++state;
-      continue;
-    }
+  }
+
+  for (int64_t tile = tiles.first; tile < tiles.end; tile += tiles.step) {
+    const QuantTile t = quant_tile<kMode>(params, table, order, tile);
+    const int64_t tile_col = t.col_tile * Cfg::kTileCols;
 
     // ---- tile rows [8 rg, 8 rg + 8), columns [8 cc, 8 cc + 8) into registers (raw); release the stage.
     RawVec<T> raw[Cfg::kRowsPerThread];
     pipeline.consumer_wait(state);
-    const T* s_x = smem.x[state.index()];
+    const T* s_x = smem.x[group * Cfg::kStagesPerGroup + state.index()];
 #pragma unroll
     for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
       load8_shared_raw(s_x + (rg * Cfg::kRowsPerThread + i) * Cfg::kTileCols + cc * kColsPerThread, raw[i]);
@@ -341,7 +453,6 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       const float my_inv_scale = scale_reciprocal(my_scale);
       const int64_t col = tile_col + cc * kColsPerThread;
       const int half_warp = lane & ~(Cfg::kColGroups - 1);
-#pragma unroll
       // Rows past R (zero-filled) are quantized too and only their stores are skipped: no branch
       // around the arithmetic.
       const int64_t row0 = t.row_start + rg * Cfg::kRowsPerThread;
@@ -384,7 +495,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     // issuing the loads, a TMA write of the next tile could overtake loads still queued in the
     // shared-memory pipe: fp32 "both" read a few wrong elements on the H200, 36 of 12.3M, in one run.)
     pipeline.consumer_release(state);
-    ++state;  // this tile's stage; the other groups' stages are stepped over as their tiles come
+    ++state;
     consumers_sync();  // (1) partial amaxes written
     if (tid_g < Cfg::kTileCols) {
       uint32_t bits = gs.col_amax[0][tid_g];
@@ -416,29 +527,40 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     }
     consumers_sync();  // (3) q_t staged
 
-    // ---- store q_t rows [row_start, end) of every column of the tile, as 16-byte chunks aligned in q_t
-    // (its row stride is a multiple of 16). The block that ends at row R also writes q_t's padding
-    // [R, q_t_ld) (zeros: staged past the block), so q_t never holds uninitialised bytes. A segment may
-    // start (and end) inside a chunk: such an edge chunk is shared with a neighbouring block that another
-    // CTA may be writing, so only this block's bytes of it are stored, with the widest aligned stores
-    // that fit. Whole chunks first (uniform 16-byte stores), then at most two edge chunks per column,
-    // one per thread, so that no warp waits on a lane's byte stores for every chunk.
+    // ---- store q_t rows [a, e) of every column of the tile. The block that ends at row R also writes
+    // q_t's padding [R, q_t_ld) (zeros: staged past the block), so q_t never holds uninitialised bytes.
+    // NOTES: write whole 32-byte sectors. A store that covers only part of an L2 sector costs the L2 a
+    // read-modify-write: segments starting 16 bytes into a sector ran at 55 % of a copy where 32-, 64- and
+    // 128-aligned starts ran at 81-83 % (H200, 16384 x 7168 bf16; same DRAM traffic, +21 % L2 write
+    // sectors). A block starting or ending inside a sector shares it with its neighbour, so:
+    //   - ColwiseSegments in runs (TileOrder): a group quantizes consecutive blocks of a column tile; the
+    //     sector a block ends inside is kept in gs.carry instead of stored, and the next block, which
+    //     starts inside it, stores it whole (both halves, from two lanes of one store instruction);
+    //   - where the neighbour is another group's block, only this block's bytes of the shared sector are
+    //     stored (byte-exact, the widest aligned stores that fit).
+    // The staged block holds rows [a, a + 128) as 16-byte chunks from first_row = a - a % 16 (shifted by
+    // a % 16 when a is not 16-aligned; chunks outside the staging read as zeros).
     {
-      const int64_t end = t.row_start + t.row_count == p.rows ? p.q_t_ld : t.row_start + t.row_count;
-      const int shift = static_cast<int>(t.row_start & 15);
-      const int64_t first_row = t.row_start - shift;  // 16-aligned
-      const int num_chunks = static_cast<int>((end - first_row + 15) / 16);  // <= 9
-      const int tail = static_cast<int>(end & 15);   // bytes of the last chunk in this block (0: whole)
-      const int k_begin = shift != 0 ? 1 : 0;          // whole chunks [k_begin, k_end)
-      const int k_end = tail != 0 ? num_chunks - 1 : num_chunks;
-      const int whole = k_end > k_begin ? k_end - k_begin : 0;
-      auto chunk_data = [&](int col, int k) {
-        return shift == 0 ? qt_chunk(gs, col, k) : qt_shifted_chunk(gs, col, k, shift);
+      const int64_t a = t.row_start;
+      const int64_t e = a + t.row_count == p.rows ? p.q_t_ld : a + t.row_count;
+      const int shift = static_cast<int>(a & 15);
+      const int64_t first_row = a - shift;
+      auto staged = [&](int col, int m) {  // 16-byte chunk m (rows first_row + 16 m ...) of column col
+        return shift == 0 ? qt_chunk(gs, col, m) : qt_shifted_chunk(gs, col, m, shift);
       };
-      if (shift == 0 && whole == Cfg::kTileRows / 16 && tile_col + Cfg::kTileCols <= p.cols) {
-        // A block of 128 rows starting 16-aligned (every Colwise/Both block but the last), all 128 columns
-        // inside C: 8 whole chunks per column, thread tid_g stores chunk tid_g % 8 of columns
-        // tid_g / 8 + 32 i; no division, no bounds checks, one address computation.
+      // ColwiseSegments: the group's next tile continues this column tile with the next block (rows from e).
+      bool next_continues = false;
+      if constexpr (Cfg::kSegments) {
+        next_continues = order.runs && tile + 1 < tiles.end && t.row_block + 1 < order.blocks_per_col &&
+                         e == a + t.row_count;
+      }
+      const bool whole_block = e - a == Cfg::kTileRows && tile_col + Cfg::kTileCols <= p.cols;
+      const bool run_mid_sector = order.runs && (a & 31) == 16;
+      if (whole_block && shift == 0 && !run_mid_sector) {
+        // 128 rows starting 16-aligned (every Colwise/Both block but the last), all 128 columns inside C,
+        // not handing a sector on: thread tid_g stores chunk tid_g % 8 of columns tid_g / 8 + 32 i; no
+        // division, no bounds checks, one address computation. (Outside runs, a block 16 bytes into a
+        // sector shares its edge sectors with other groups' blocks whatever it does.)
         constexpr int kColStep = Cfg::kConsumerThreads / (Cfg::kTileRows / 16);  // 32
         const int col0 = tid_g / (Cfg::kTileRows / 16);
         const int k = tid_g % (Cfg::kTileRows / 16);
@@ -448,30 +570,96 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
           *reinterpret_cast<uint4*>(dst + i * dst_step) = qt_chunk_unchecked(gs, col0 + i * kColStep, k);
         }
-      } else {
-        // task / whole without a division per store: whole <= 9 and task < 128 * 9, where
-        // floor(task * ceil(2^16 / whole) / 2^16) is exact (the error task * (ceil - 2^16 / whole) / 2^16
-        // < 0.02 stays below the 1 / whole gap to the next integer).
-        const uint32_t magic = whole > 0 ? (65536u + whole - 1) / whole : 0u;
-        for (int task = tid_g; task < Cfg::kTileCols * whole; task += Cfg::kConsumerThreads) {
-          const int col = static_cast<int>((static_cast<uint32_t>(task) * magic) >> 16);
-          const int k = k_begin + (task - col * whole);
-          if (tile_col + col >= p.cols) continue;
-          *reinterpret_cast<uint4*>(p.q_t + (tile_col + col) * p.q_t_ld + first_row + 16 * k) = chunk_data(col, k);
-        }
-        // Edge chunks: k = 0 when the block starts inside it, k = num_chunks - 1 when it ends inside it
-        // (the same chunk when the block lies within one).
-        const int edges = (shift != 0 ? 1 : 0) + (tail != 0 && (shift == 0 || num_chunks > 1) ? 1 : 0);
-        if (tid_g < Cfg::kTileCols * edges) {
-          const int col = tid_g / edges;
-          const int k = (tid_g % edges == 0 && shift != 0) ? 0 : num_chunks - 1;
-          if (tile_col + col < p.cols) {
-            const int64_t chunk_row = first_row + 16 * k;
-            const int lo = chunk_row < t.row_start ? shift : 0;
-            const int hi = chunk_row + 16 > end ? static_cast<int>(end - chunk_row) : 16;
-            store_chunk_bytes(p.q_t + (tile_col + col) * p.q_t_ld + chunk_row, chunk_data(col, k), lo, hi);
+        head_carry = false;
+      } else if (whole_block && run_mid_sector) {
+        // The same, 16 bytes into a sector (e.g. segment sizes that are multiples of 16, what the k-grouped
+        // GEMM takes): lane k of a column stores chunk k - 1, lane 0 the carried chunk before the block,
+        // so that the 8 lanes cover 4 whole sectors in one instruction; lane 0 then carries chunk 7 (or
+        // stores it, half a sector, when the next block is another worker's). head_carry false: lane 0
+        // stores nothing, the previous block's worker stored its half.
+        constexpr int kColStep = Cfg::kConsumerThreads / (Cfg::kTileRows / 16);  // 32
+        const int col0 = tid_g / (Cfg::kTileRows / 16);
+        const int k = tid_g % (Cfg::kTileRows / 16);
+        uint8_t* dst = p.q_t + (tile_col + col0) * p.q_t_ld + first_row - 16 + 16 * k;
+        const int64_t dst_step = kColStep * p.q_t_ld;
+#pragma unroll
+        for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
+          const int col = col0 + i * kColStep;
+          // Both halves from 8-byte slots, the carry's or the staged chunk's, without a branch, so that
+          // one store instruction serves all 8 lanes.
+          const int swz = qt_slot_swizzle(col);
+          const uint2* lo = k == 0 ? reinterpret_cast<const uint2*>(&gs.carry[col][0]) : &gs.qt[col][(2 * k - 2) ^ swz];
+          const uint2* hi = k == 0 ? lo + 1 : &gs.qt[col][(2 * k - 1) ^ swz];
+          const uint2 l = *lo, h = *hi;
+          if (k != 0 || head_carry) *reinterpret_cast<uint4*>(dst + i * dst_step) = make_uint4(l.x, l.y, h.x, h.y);
+          if (k == 0) {
+            const uint4 last = qt_chunk_unchecked(gs, col, Cfg::kTileRows / 16 - 1);
+            if (next_continues) {
+              gs.carry[col][0] = last;
+              gs.carry[col][1] = make_uint4(0u, 0u, 0u, 0u);
+            } else {
+              *reinterpret_cast<uint4*>(dst + i * dst_step + Cfg::kTileRows) = last;
+            }
           }
         }
+        head_carry = next_continues;
+      } else {
+        // Sectors [base, base + 32 ns) hold the block; the first is an edge when a is inside it, the last
+        // when e is. Sector i, half h is staged chunk m = 2 i + h - (bit 4 of a).
+        const int64_t base = a & ~int64_t{31};
+        const int ns = static_cast<int>((e - base + 31) / 32);  // <= 6
+        const int m_off = static_cast<int>((a >> 4) & 1);
+        const bool head_edge = (a & 31) != 0;
+        const bool tail_edge = (e & 31) != 0;
+        const bool one_sector = head_edge && tail_edge && ns == 1;
+        // Carry the last sector when the next block continues the column and every byte of the sector
+        // from its start is known here.
+        const bool tail_carry = next_continues && tail_edge && ((e & ~int64_t{31}) >= a || head_carry);
+        // Whole sectors [i0, i1): two lanes per sector, one 16-byte half each, in one store instruction.
+        // task / 2 / plain without a division: plain <= 6 and task / 2 < 128 * 6, where
+        // floor(s * ceil(2^16 / plain) / 2^16) is exact (error < 768 / 2^16, below the 1 / plain gap).
+        const int i0 = head_edge ? 1 : 0;
+        const int i1 = tail_edge ? ns - 1 : ns;
+        const int plain = i1 > i0 ? i1 - i0 : 0;
+        const uint32_t magic = plain > 0 ? (65536u + plain - 1) / plain : 0u;
+        for (int task = tid_g; task < 2 * Cfg::kTileCols * plain; task += Cfg::kConsumerThreads) {
+          const int h = task & 1;
+          const int sector = task >> 1;
+          const int col = static_cast<int>((static_cast<uint32_t>(sector) * magic) >> 16);
+          const int i = i0 + (sector - col * plain);
+          if (tile_col + col >= p.cols) continue;
+          *reinterpret_cast<uint4*>(p.q_t + (tile_col + col) * p.q_t_ld + base + 32 * i + 16 * h) =
+              staged(col, 2 * i + h - m_off);
+        }
+        // Edge sectors: thread pair (2 c, 2 c + 1) takes both edges of column c, so that the thread that
+        // reads gs.carry[c][h] for the first sector is the one that refills it from the last.
+        if (head_edge || tail_edge) {
+          const int col = tid_g >> 1;
+          const int h = tid_g & 1;
+          if (tile_col + col < p.cols) {
+            uint8_t* col_base = p.q_t + (tile_col + col) * p.q_t_ld;
+            if (head_edge) {
+              uint4 d = staged(col, h - m_off);
+              if (head_carry) d = or4(d, gs.carry[col][h]);  // the previous block's bytes, zeros past it
+              const int64_t lo = head_carry ? base : a;     // this sector's bytes known here: [lo, ...)
+              if (one_sector && tail_carry) {
+                gs.carry[col][h] = d;
+              } else {
+                store_chunk_range(col_base, base + 16 * h, d, lo, one_sector ? e : base + 32);
+              }
+            }
+            if (tail_edge && !one_sector) {
+              const int64_t r0 = (e & ~int64_t{31}) + 16 * h;
+              const uint4 d = staged(col, static_cast<int>((r0 - first_row) >> 4));  // zeros past e
+              if (tail_carry) {
+                gs.carry[col][h] = d;
+              } else {
+                store_chunk_range(col_base, r0, d, a, e);
+              }
+            }
+          }
+        }
+        head_carry = tail_carry;
       }
     }
   }
