@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -97,6 +98,18 @@ int64_t rowwise_ctas_per_sm() {
   return n == 0 ? std::numeric_limits<int32_t>::max() : n;
 }
 
+// The tile order of the segments kernel (TileOrder in quantize_colwise_sm90.cuh): -1 lets the kernel
+// choose (runs of blocks per consumer group when a segment starts inside a 32-byte sector of q_t and the
+// tiles are many), 0 never runs, 1 always. Tuning knob WGRAD_SEGMENT_RUNS = auto (or unset) | 0 | 1, read
+// at every call; the result is the same bits whatever the order.
+int segment_runs_knob() {
+  const char* v = std::getenv("WGRAD_SEGMENT_RUNS");
+  if (v == nullptr || std::strcmp(v, "auto") == 0) return -1;
+  TORCH_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0,
+              "WGRAD_SEGMENT_RUNS must be auto, 0 or 1, got '", v, "'");
+  return v[0] - '0';
+}
+
 // Row-wise: one pass of every slot per CTA (4 CTAs of 256 threads resident per SM), see above.
 template <typename T, bool kVec>
 void launch_rowwise(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
@@ -118,6 +131,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   params.q = p;
   params.num_row_blocks = row_blocks;
   params.segments = segments;
+  params.segment_runs = kMode == QuantMode::ColwiseSegments ? segment_runs_knob() : 0;
   params.num_col_tiles = ceil_div(p.cols, kScaleBlockK);
   const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
   const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};

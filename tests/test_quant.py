@@ -597,6 +597,28 @@ def test_gpu_rowwise_grid_knob_rejects_bad_values(monkeypatch):
 
 
 @sm90
+@pytest.mark.parametrize("runs", ["0", "1"])
+def test_gpu_segments_tile_order_knob(runs, monkeypatch):
+    # WGRAD_SEGMENT_RUNS forces the segments kernel's tile order: "1" quantizes runs of blocks per
+    # consumer group (carrying shared sectors) even on tiny inputs and aligned segments, "0" never; the
+    # bits are the same as the reference's either way.
+    monkeypatch.setenv("WGRAD_SEGMENT_RUNS", runs)
+    for rows, sizes_list in SEGMENT_CASES + [(6000, [1000, 37, 0, 2963, 5, 1995])]:
+        for dtype in (torch.bfloat16, torch.float32):
+            x = _random_x(rows, 1000, dtype, seed=rows + len(sizes_list))
+            _check_gpu_op("segments", x, False, torch.tensor(sizes_list, dtype=torch.int32))
+
+
+@sm90
+def test_gpu_segments_tile_order_knob_rejects_bad_values(monkeypatch):
+    monkeypatch.setenv("WGRAD_SEGMENT_RUNS", "yes")
+    x = torch.randn(300, 128, device="cuda", dtype=torch.bfloat16)
+    sizes = torch.tensor([100, 200], dtype=torch.int32, device="cuda")
+    with pytest.raises(RuntimeError, match="WGRAD_SEGMENT_RUNS must be auto, 0 or 1, got 'yes'"):
+        OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+
+
+@sm90
 @pytest.mark.parametrize("sizes_list", [[100, 100, 99], [300, -1, 0], [-5, 305], [301]])
 def test_gpu_invalid_sizes_give_nan_scales(sizes_list):
     x = torch.randn(300, 200, device="cuda")

@@ -109,6 +109,7 @@ struct ColwiseSm90Params {
   // ColwiseSegments: with segments.sizes set, every CTA builds the table in shared memory (segments +
   // row blocks <= kTableEntries); without, q.row_blocks is a table in global memory.
   SegmentTableArgs segments;
+  int segment_runs;  // ColwiseSegments tile order: -1 the kernel chooses (TileOrder), 0 never runs, 1 always
 };
 
 // Named barriers of the consumer groups (offset past CUTLASS's reserved ids by NamedBarrier): group g
@@ -333,8 +334,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     bool inside_sector = false;
     for (int64_t b = tid; b < order.blocks_per_col; b += Cfg::kThreads) inside_sector |= (table[b].row_start & 31) != 0;
     const int64_t workers = static_cast<int64_t>(gridDim.x) * Cfg::kGroups;
-    order.runs = __syncthreads_or(inside_sector) &&
-                 order.blocks_per_col * params.num_col_tiles >= kRunTilesPerWorker * workers;
+    const bool choose = __syncthreads_or(inside_sector) &&
+                        order.blocks_per_col * params.num_col_tiles >= kRunTilesPerWorker * workers;
+    order.runs = params.segment_runs < 0 ? choose : params.segment_runs == 1;
   }
   const int64_t num_tiles = order.blocks_per_col * params.num_col_tiles;
 
