@@ -3,8 +3,9 @@
   ncu -k regex:quantize_fp8 --launch-skip 2 --launch-count 1 python3 scripts/profile_quant.py KIND R,C [dtype]
 
 KIND is rowwise, colwise, both or segments (8 uneven segments, as `python -m wgrad bench --quant`);
-segmentsA (A = 16 or 128) rounds those segment sizes to multiples of A (the last takes the rest), to
-separate the cost of segment starts inside a 16-byte chunk or a 128-row block from the rest.
+segmentsA (e.g. 16, 32, 128) rounds those segment sizes down to multiples of A (the last takes the rest),
+to separate the cost of segment starts inside a 16-byte chunk, a 32-byte sector or a 128-byte line of
+q_t from the rest. WGRAD_SEGMENT_RUNS=0|1 forces the segments kernel's tile order.
 Without ncu it prints the median time of single calls with the L2 flushed and the % of a copy.
 """
 
