@@ -99,15 +99,37 @@ int64_t rowwise_ctas_per_sm() {
 }
 
 // The tile order of the segments kernel (TileOrder in quantize_colwise_sm90.cuh): -1 lets the kernel
-// choose (runs of blocks per consumer group when a segment starts inside a 32-byte sector of q_t and the
-// tiles are many), 0 never runs, 1 always. Tuning knob WGRAD_SEGMENT_RUNS = auto (or unset) | 0 | 1, read
-// at every call; the result is the same bits whatever the order.
-int segment_runs_knob() {
-  const char* v = std::getenv("WGRAD_SEGMENT_RUNS");
+// choose (choose_segment_order), 0 one contiguous range of blocks per consumer group, S >= 1 strips of S
+// consecutive blocks dealt round-robin (1: row-major). Tuning knob WGRAD_SEGMENT_ORDER = auto (or unset) |
+// ranges | S (1 to 64), read at every call; the result is the same bits whatever the order.
+int segment_order_knob() {
+  const char* v = std::getenv("WGRAD_SEGMENT_ORDER");
   if (v == nullptr || std::strcmp(v, "auto") == 0) return -1;
-  TORCH_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0,
-              "WGRAD_SEGMENT_RUNS must be auto, 0 or 1, got '", v, "'");
-  return v[0] - '0';
+  if (std::strcmp(v, "ranges") == 0) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  TORCH_CHECK(*v != '\0' && *end == '\0' && n >= 1 && n <= 64,
+              "WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in [1, 64], got '", v, "'");
+  return static_cast<int>(n);
+}
+
+// CTAs of the persistent column kernel for `tiles` tiles, `groups` consumer groups per CTA. Default
+// ("full"): one per SM. "even": the fewest CTAs that give no group more tiles than the full grid does
+// (e.g. 8192 x 2112: 1088 tiles, 132 x 3 groups take at most 3 each; 121 CTAs do the same with every
+// group busy to the end). N: at most N. Tuning knob WGRAD_COLWISE_GRID, read at every call.
+int64_t colwise_grid(int64_t tiles, int groups, int num_sms) {
+  const int64_t full = std::min<int64_t>(tiles, num_sms);
+  const char* v = std::getenv("WGRAD_COLWISE_GRID");
+  if (v == nullptr || std::strcmp(v, "full") == 0) return full;
+  if (std::strcmp(v, "even") == 0) {
+    const int64_t rounds = ceil_div(tiles, full * groups);  // most tiles of a group
+    return ceil_div(tiles, rounds * groups);
+  }
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  TORCH_CHECK(*v != '\0' && *end == '\0' && n >= 1, "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '",
+              v, "'");
+  return std::min<int64_t>(full, n);
 }
 
 // Row-wise: one pass of every slot per CTA (4 CTAs of 256 threads resident per SM), see above.
@@ -131,7 +153,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   params.q = p;
   params.num_row_blocks = row_blocks;
   params.segments = segments;
-  params.segment_runs = kMode == QuantMode::ColwiseSegments ? segment_runs_knob() : 0;
+  params.segment_order = kMode == QuantMode::ColwiseSegments ? segment_order_knob() : 1;
   params.num_col_tiles = ceil_div(p.cols, kScaleBlockK);
   const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
   const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
@@ -145,7 +167,9 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   static_assert(smem_bytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const int64_t tiles = row_blocks * params.num_col_tiles;
-  const int64_t grid = std::min<int64_t>(tiles, num_sms);
+  // The kernel counts tiles in 32 bits (TileOrder). (x would need 2^45 elements to exceed it.)
+  TORCH_CHECK(tiles < (int64_t{1} << 31), op, ": x has ", tiles, " tiles of 128 x 128, more than 2^31 - 1");
+  const int64_t grid = colwise_grid(tiles, Cfg::kGroups, num_sms);
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem_bytes, stream>>>(params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

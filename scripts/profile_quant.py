@@ -5,10 +5,20 @@
 KIND is rowwise, colwise, both or segments (8 uneven segments, as `python -m wgrad bench --quant`);
 segmentsA (e.g. 16, 32, 128) rounds those segment sizes down to multiples of A (the last takes the rest),
 to separate the cost of segment starts inside a 16-byte chunk, a 32-byte sector or a 128-byte line of
-q_t from the rest. WGRAD_SEGMENT_RUNS=0|1 forces the segments kernel's tile order.
+q_t from the rest. WGRAD_SEGMENT_ORDER=ranges|N forces the segments kernel's tile order.
 Without ncu it prints the median time of single calls with the L2 flushed and the % of a copy.
+
+  python3 scripts/profile_quant.py order-sweep [ORDERS] [KINDS] [SHAPES]
+
+times the column casts (bf16) under every setting in ORDERS (comma-separated, default
+auto,1,2,3,4,ranges): a WGRAD_SEGMENT_ORDER value, VAR=VALUE[+VAR=VALUE...] for any knob, or default.
+For each KIND (default segments,segments16; colwise and both too, which the order knob does not change)
+and shape (default the benchmark's), in one process, the settings interleaved within each of 3
+repetitions and every call timed beside a copy of the same bytes; prints % of a copy.
 """
 
+import os
+import statistics
 import sys
 
 import torch
@@ -17,7 +27,58 @@ import wgrad  # noqa: F401  (loads the extension)
 from wgrad import bench_quant
 
 
+def _segments_fn(kind, x):
+    if kind in ("colwise", "both"):  # for comparison (the order knob does not apply)
+        op = getattr(torch.ops.wgrad, f"quantize_fp8_1x128_{kind}")
+        return lambda: op(x, False)
+    align = int(kind[len("segments"):] or 1)
+    sizes_list = bench_quant._segment_sizes(x.shape[0], bench_quant.SEGMENTS, align)
+    sizes = torch.tensor(sizes_list, dtype=torch.int32, device="cuda")
+    return lambda: torch.ops.wgrad.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+
+
+def _env_of(token):
+    """An ORDERS token: a WGRAD_SEGMENT_ORDER value, or VAR=VALUE settings joined by '+', or 'default'."""
+    if token == "default":
+        return {}
+    if "=" not in token:
+        return {"WGRAD_SEGMENT_ORDER": token}
+    return dict(kv.split("=", 1) for kv in token.split("+"))
+
+
+def order_sweep(orders, kinds, shapes):
+    flush = torch.empty(bench_quant._L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    print("shape kind " + " ".join(f"{o:>7}" for o in orders) +
+          "   (% of a copy: median of 3 ratios of medians of 9 calls, each beside a copy)")
+    for rows, cols in shapes:
+        x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda")
+        for kind in kinds:
+            nbytes = bench_quant._bytes("colwise_segments" if kind.startswith("segments") else kind, rows, cols, 2,
+                                        bench_quant.SEGMENTS)
+            src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+            dst = torch.empty_like(src)
+            fn = _segments_fn(kind, x)
+            ratios = {o: [] for o in orders}
+            for _ in range(3):
+                for o in orders:
+                    env = _env_of(o)
+                    os.environ.update(env)
+                    ms, copy_ms = bench_quant._time_pair_ms(fn, lambda: dst.copy_(src), 9, flush)
+                    for k in env:
+                        os.environ.pop(k)
+                    ratios[o].append(copy_ms / ms)
+            cells = " ".join(f"{100 * statistics.median(ratios[o]):7.1f}" for o in orders)
+            print(f"{rows}x{cols} {kind} {cells}", flush=True)
+
+
 def main():
+    if sys.argv[1] == "order-sweep":
+        orders = (sys.argv[2] if len(sys.argv) > 2 else "auto,1,2,3,4,ranges").split(",")
+        kinds = (sys.argv[3] if len(sys.argv) > 3 else "segments,segments16").split(",")
+        shapes = ([tuple(int(v) for v in s.split(",")) for s in sys.argv[4].split()] if len(sys.argv) > 4
+                  else bench_quant.DEFAULT_SHAPES)
+        order_sweep(orders, kinds, shapes)
+        return
     kind, shape = sys.argv[1], sys.argv[2]
     dtype = getattr(torch, sys.argv[3]) if len(sys.argv) > 3 else torch.bfloat16
     rows, cols = (int(v) for v in shape.split(","))
@@ -34,12 +95,11 @@ def main():
         "segments": lambda: ops.quantize_fp8_1x128_colwise_segments(x, sizes, False),
     }[kind]
     flush = torch.empty(bench_quant._L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    ms = bench_quant._time_ms(fn, 9, flush)
     nbytes = bench_quant._bytes("colwise_segments" if kind == "segments" else kind, rows, cols, x.element_size(),
                                 bench_quant.SEGMENTS)
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    copy_ms = bench_quant._time_ms(lambda: dst.copy_(src), 9, flush)
+    ms, copy_ms = bench_quant._time_pair_ms(fn, lambda: dst.copy_(src), 9, flush)
     print(f"{kind} {rows}x{cols} {dtype}: {ms * 1e3:.1f} us, copy {copy_ms * 1e3:.1f} us, "
           f"{100 * copy_ms / ms:.1f} % of copy")
 

@@ -597,12 +597,13 @@ def test_gpu_rowwise_grid_knob_rejects_bad_values(monkeypatch):
 
 
 @sm90
-@pytest.mark.parametrize("runs", ["0", "1"])
-def test_gpu_segments_tile_order_knob(runs, monkeypatch):
-    # WGRAD_SEGMENT_RUNS forces the segments kernel's tile order: "1" quantizes runs of blocks per
-    # consumer group (carrying shared sectors) even on tiny inputs and aligned segments, "0" never; the
-    # bits are the same as the reference's either way.
-    monkeypatch.setenv("WGRAD_SEGMENT_RUNS", runs)
+@pytest.mark.parametrize("order", ["1", "ranges", "2", "3", "64"])
+def test_gpu_segments_tile_order_knob(order, monkeypatch):
+    # WGRAD_SEGMENT_ORDER forces the segments kernel's tile order: "ranges" (one contiguous range of
+    # blocks per consumer group) and strips of N > 1 blocks carry shared sectors from block to block even
+    # on tiny inputs and aligned segments, "1" (row-major) never; the bits are the same as the
+    # reference's either way. C = 1000: a partial last column tile.
+    monkeypatch.setenv("WGRAD_SEGMENT_ORDER", order)
     for rows, sizes_list in SEGMENT_CASES + [(6000, [1000, 37, 0, 2963, 5, 1995])]:
         for dtype in (torch.bfloat16, torch.float32):
             x = _random_x(rows, 1000, dtype, seed=rows + len(sizes_list))
@@ -610,12 +611,34 @@ def test_gpu_segments_tile_order_knob(runs, monkeypatch):
 
 
 @sm90
-def test_gpu_segments_tile_order_knob_rejects_bad_values(monkeypatch):
-    monkeypatch.setenv("WGRAD_SEGMENT_RUNS", "yes")
+@pytest.mark.parametrize("value", ["yes", "0", "65", "2x", ""])
+def test_gpu_segments_tile_order_knob_rejects_bad_values(value, monkeypatch):
+    monkeypatch.setenv("WGRAD_SEGMENT_ORDER", value)
     x = torch.randn(300, 128, device="cuda", dtype=torch.bfloat16)
     sizes = torch.tensor([100, 200], dtype=torch.int32, device="cuda")
-    with pytest.raises(RuntimeError, match="WGRAD_SEGMENT_RUNS must be auto, 0 or 1, got 'yes'"):
+    message = f"WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in \\[1, 64\\], got '{value}'"
+    with pytest.raises(RuntimeError, match=message):
         OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+
+
+@sm90
+@pytest.mark.parametrize("grid", ["even", "1", "7"])
+def test_gpu_colwise_grid_knob(grid, monkeypatch):
+    # WGRAD_COLWISE_GRID changes only how many CTAs share the tiles (a CTA then loops over more of them),
+    # never the bits: every column mode, unaligned segments included.
+    monkeypatch.setenv("WGRAD_COLWISE_GRID", grid)
+    x = _random_x(3000, 1032, torch.bfloat16, seed=71)
+    for kind in ("colwise", "both"):
+        _check_gpu_op(kind, x, False)
+    _check_gpu_op("segments", x, False, torch.tensor([1000, 37, 0, 1958, 5], dtype=torch.int32))
+
+
+@sm90
+def test_gpu_colwise_grid_knob_rejects_bad_values(monkeypatch):
+    monkeypatch.setenv("WGRAD_COLWISE_GRID", "0")
+    x = torch.randn(300, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '0'"):
+        OPS.quantize_fp8_1x128_colwise(x, False)
 
 
 @sm90

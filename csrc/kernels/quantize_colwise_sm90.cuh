@@ -47,7 +47,8 @@ struct ColwiseSm90Config {
   // group's barriers and stores overlap the others' arithmetic: one group of 8 warps alone reached
   // 62 % of a copy, two 73-82 % (docs/perf-notes.md). Three groups of 16-bit x use at most 80
   // registers per thread (800 threads); fp32 keeps one group: its registers (up to 150 per thread)
-  // would not fit twice.
+  // would not fit twice. (2 groups of 2 stages each measured no faster: Colwise within noise, Both
+  // -2 to -3 points, H200 session 6.)
   static constexpr int kGroups = sizeof(T) == 4 ? 1 : 3;
   // 3 x 32 KB (bf16/fp16) or 3 x 64 KB (fp32) of stages. Every consumer group has a pipeline of its own
   // (16-bit: one stage per group; fp32: the one group has three): a stage is waited on and released by
@@ -109,7 +110,9 @@ struct ColwiseSm90Params {
   // ColwiseSegments: with segments.sizes set, every CTA builds the table in shared memory (segments +
   // row blocks <= kTableEntries); without, q.row_blocks is a table in global memory.
   SegmentTableArgs segments;
-  int segment_runs;  // ColwiseSegments tile order: -1 the kernel chooses (TileOrder), 0 never runs, 1 always
+  // ColwiseSegments tile order (TileOrder::strip): -1 the kernel chooses (choose_segment_order), 0 ranges,
+  // S >= 1 strips of S blocks (1: row-major).
+  int segment_order;
 };
 
 // Named barriers of the consumer groups (offset past CUTLASS's reserved ids by NamedBarrier): group g
@@ -123,50 +126,122 @@ struct QuantTile {
   int row_count;  // <= 0: no rows (ColwiseSegments: unused scale column, or invalid sizes)
 };
 
-// The order of the tiles, the same in every CTA of a launch.
-//   Row-major (Colwise, Both, and ColwiseSegments by default): the CTA takes tiles blockIdx.x + k *
-//     gridDim.x, so that the CTAs work on neighbouring column tiles of the same rows at the same time,
-//     and its groups take them in turn.
-//   Runs (ColwiseSegments whose segments do not all start on a 32-byte sector of q_t, when every group
-//     gets at least kRunTilesPerWorker tiles): column-major, every group ("worker") a contiguous range
-//     (ranges differ by at most one tile), so that it quantizes the row blocks of a column tile one after
-//     the other and writes q_t in whole sectors across block boundaries (see the q_t stores). Measured
-//     (H200, bf16, % of a copy; segments split as the benchmark's, rounded to 16 rows / not rounded):
-//     16384 x 7168: runs 74.8 / 74.2, row-major 55.5 / 57.8; but 4096 x 7168 (5.5 tiles per worker):
-//     runs 68.5 / 69.9, row-major 76.4 / 69.0, and with 32-aligned starts row-major is ahead at every
-//     size (no sector is shared). Hence the threshold.
+// The order of the tiles, the same in every CTA of a launch. Tiles are dealt out as units of consecutive
+// row blocks of one column tile; a group ("worker") quantizes a unit's blocks one after the other.
+//   Strips of S blocks (TileOrder::strip = S >= 1; S = 1 is plain row-major, what Colwise, Both and
+//     ColwiseSegments use): the units in row-major order (strips of rows outer, column tiles inner) go
+//     round-robin to the CTAs, and a CTA's units in turn to its groups, so that the CTAs work on
+//     neighbouring column tiles of the same rows at the same time.
+//   Ranges (strip = 0): column-major, every worker one contiguous range (ranges differ by at most one
+//     tile).
+// Within a unit, consecutive blocks of a column let a group write q_t in whole 32-byte sectors across the
+// block boundary (see the q_t stores); that is why ColwiseSegments whose segments start inside a sector
+// use units longer than one block. Measured (H200, bf16, % of a copy; segments split as the benchmark's,
+// rounded to 16 rows / not rounded): 16384 x 7168: ranges 74.8 / 74.2, row-major 55.5 / 57.8; but
+// 4096 x 7168 (5.5 tiles per worker): ranges 68.5 / 69.9, row-major 76.4 / 69.0, and with 32-aligned
+// starts row-major is ahead at every size (no sector is shared). Strips of 2 to 6 blocks (session 6,
+// `scripts/profile_quant.py order-sweep`) win nowhere consistently: 8192 x 4096 unaligned 57 % row-major,
+// 62 % strips of 2, 65 % of 6, 62 % ranges, but 8192 x 2112 66 / 65 / 59 / 63 %, and on 32-aligned
+// starts they cost up to 6 points (4096 x 7168: 81 % row-major, 75 % strips of 4). So the kernel picks
+// row-major or ranges; strips are a tuning option (WGRAD_SEGMENT_ORDER).
 // ColwiseSegments tiles are the used row blocks (table entries [0, blocks_per_col)) of every column
-// tile; the unused scale columns are filled separately. (Runs that also counted them left some workers a
-// tile more than others: -11 points of a copy at 8192 x 2112.)
+// tile; the unused scale columns are filled separately. (Ranges that also counted them left some workers
+// a tile more than others: -11 points of a copy at 8192 x 2112.)
 constexpr int64_t kRunTilesPerWorker = 12;
 
+// ColwiseSegments: the order when not forced by the tuning knob (TileOrder::strip).
+__device__ __forceinline__ int32_t choose_segment_order(bool inside_sector, int32_t tiles, int32_t workers) {
+  if (!inside_sector) return 1;
+  return tiles >= kRunTilesPerWorker * workers ? 0 : 1;
+}
+
+// 32-bit counts: the host checks that the tiles of a launch fit (launch_colwise_sm90).
 struct TileOrder {
-  bool runs;
-  int64_t blocks_per_col;  // row blocks per column tile
+  int32_t blocks_per_col;  // row blocks per column tile
+  int32_t num_col_tiles;
+  int32_t strip;           // row blocks per unit; 0: one contiguous range per worker (column-major)
+  int32_t strips_per_col;  // ceil(blocks_per_col / strip)
+  int32_t workers;         // gridDim.x * groups
+  __host__ __device__ int32_t num_tiles() const { return blocks_per_col * num_col_tiles; }
+  __host__ __device__ int32_t num_units() const { return strip == 0 ? workers : strips_per_col * num_col_tiles; }
 };
 
-struct GroupTiles {  // linear tiles first, first + step, ... < end
-  int64_t first;
-  int64_t end;
-  int64_t step;
-};
+__device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int32_t num_col_tiles, int32_t strip,
+                                                     int32_t workers) {
+  TileOrder o;
+  o.blocks_per_col = blocks_per_col;
+  o.num_col_tiles = num_col_tiles;
+  o.strip = strip;
+  o.strips_per_col = strip == 0 ? 0 : (blocks_per_col + strip - 1) / strip;
+  o.workers = workers;
+  return o;
+}
 
-template <int kGroups>
-__device__ __forceinline__ GroupTiles group_tiles(const TileOrder& order, int64_t num_tiles, int group) {
-  if (order.runs) {
-    const int64_t workers = static_cast<int64_t>(gridDim.x) * kGroups;
-    const int64_t w = static_cast<int64_t>(blockIdx.x) * kGroups + group;
-    return {num_tiles * w / workers, num_tiles * (w + 1) / workers, 1};
+// A worker's walk over its units: tiles counted as column-major linear indices (col_tile *
+// blocks_per_col + row_block); [tile, end) is what is left of the current unit, (row_block, col_tile)
+// the tile at `tile`.
+struct TileCursor {
+  int32_t tile;
+  int32_t end;
+  int32_t row_block;
+  int32_t col_tile;
+  int32_t unit;  // the next unit is unit + workers
+
+  __device__ __forceinline__ bool valid() const { return tile < end; }
+  // Does the tile after this one continue the unit (ranges: and the column tile)?
+  __device__ __forceinline__ bool unit_continues(const TileOrder& o) const {
+    return tile + 1 < end && row_block + 1 < o.blocks_per_col;
   }
-  return {blockIdx.x + static_cast<int64_t>(group) * gridDim.x, num_tiles, static_cast<int64_t>(kGroups) * gridDim.x};
+
+  __device__ __forceinline__ void enter_units(const TileOrder& o) {  // from `unit` on, the first non-empty
+    const int32_t units = o.num_units();
+    for (; unit < units; unit += o.workers) {
+      if (o.strip == 0) {
+        tile = static_cast<int32_t>(static_cast<int64_t>(o.num_tiles()) * unit / o.workers);
+        end = static_cast<int32_t>(static_cast<int64_t>(o.num_tiles()) * (unit + 1) / o.workers);
+        col_tile = tile / o.blocks_per_col;
+        row_block = tile - col_tile * o.blocks_per_col;
+      } else {
+        const int32_t s = unit / o.num_col_tiles;  // row-major units
+        col_tile = unit - s * o.num_col_tiles;
+        row_block = s * o.strip;
+        const int32_t b1 = row_block + o.strip < o.blocks_per_col ? row_block + o.strip : o.blocks_per_col;
+        tile = col_tile * o.blocks_per_col + row_block;
+        end = tile + (b1 - row_block);
+      }
+      if (tile < end) return;
+    }
+    tile = end = 0;
+  }
+  __device__ __forceinline__ void advance(const TileOrder& o) {
+    if (++tile == end) {
+      unit += o.workers;
+      enter_units(o);
+    } else if (++row_block == o.blocks_per_col) {  // ranges only: into the next column tile
+      row_block = 0;
+      ++col_tile;
+    }
+  }
+};
+
+// Group `group`'s cursor at its first tile. Strips: unit u goes to CTA u % gridDim.x, group
+// (u / gridDim.x) % groups. Ranges: CTA b's groups take neighbouring ranges.
+template <int kGroups>
+__device__ __forceinline__ TileCursor first_tile(const TileOrder& o, int group) {
+  TileCursor c;
+  c.unit = o.strip == 0 ? static_cast<int32_t>(blockIdx.x) * kGroups + group
+                        : static_cast<int32_t>(blockIdx.x + group * gridDim.x);
+  c.tile = c.end = 0;
+  c.enter_units(o);
+  return c;
 }
 
 // ColwiseSegments: the used entries of the row-block table form a prefix (build_segment_table); their
 // count, by binary search for the first entry without rows (0 when the sizes are invalid).
-__device__ __forceinline__ int64_t used_row_blocks(const RowBlock* table, int64_t num_row_blocks) {
-  int64_t lo = 0, hi = num_row_blocks;  // the answer lies in [lo, hi]
+__device__ __forceinline__ int32_t used_row_blocks(const RowBlock* table, int32_t num_row_blocks) {
+  int32_t lo = 0, hi = num_row_blocks;  // the answer lies in [lo, hi]
   while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
+    const int32_t mid = (lo + hi) / 2;
     if (table[mid].row_count > 0) lo = mid + 1; else hi = mid;
   }
   return lo;
@@ -174,15 +249,10 @@ __device__ __forceinline__ int64_t used_row_blocks(const RowBlock* table, int64_
 
 template <QuantMode kMode>
 __device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params, const RowBlock* table,
-                                                const TileOrder& order, int64_t tile) {
+                                                const TileCursor& cursor) {
   QuantTile t;
-  if (order.runs) {
-    t.col_tile = tile / order.blocks_per_col;
-    t.row_block = tile - t.col_tile * order.blocks_per_col;
-  } else {
-    t.row_block = tile / params.num_col_tiles;
-    t.col_tile = tile - t.row_block * params.num_col_tiles;
-  }
+  t.row_block = cursor.row_block;
+  t.col_tile = cursor.col_tile;
   if constexpr (kMode == QuantMode::ColwiseSegments) {
     const RowBlock rb = table[t.row_block];
     t.row_start = rb.row_start;
@@ -326,39 +396,45 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   }
   __syncthreads();  // barriers initialised before anyone waits on them
 
-  // The tile order (TileOrder): ColwiseSegments quantizes the used row blocks only, in runs when a
-  // segment starts inside a sector and the tiles are many.
-  TileOrder order{false, params.num_row_blocks};
+  // The tile order (TileOrder): ColwiseSegments quantizes the used row blocks only, in units of several
+  // blocks when a segment starts inside a sector (see choose_segment_order).
+  const int32_t workers = static_cast<int32_t>(gridDim.x) * Cfg::kGroups;  // consumer groups of the launch
+  int32_t blocks_per_col = static_cast<int32_t>(params.num_row_blocks);
+  int32_t strip = 1;
   if constexpr (Cfg::kSegments) {
-    order.blocks_per_col = used_row_blocks(table, params.num_row_blocks);
+    blocks_per_col = static_cast<int32_t>(used_row_blocks(table, params.num_row_blocks));
     bool inside_sector = false;
-    for (int64_t b = tid; b < order.blocks_per_col; b += Cfg::kThreads) inside_sector |= (table[b].row_start & 31) != 0;
-    const int64_t workers = static_cast<int64_t>(gridDim.x) * Cfg::kGroups;
-    const bool choose = __syncthreads_or(inside_sector) &&
-                        order.blocks_per_col * params.num_col_tiles >= kRunTilesPerWorker * workers;
-    order.runs = params.segment_runs < 0 ? choose : params.segment_runs == 1;
+    for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) inside_sector |= (table[b].row_start & 31) != 0;
+    inside_sector = __syncthreads_or(inside_sector);
+    strip = params.segment_order >= 0
+                ? params.segment_order
+                : choose_segment_order(inside_sector, blocks_per_col * static_cast<int32_t>(params.num_col_tiles),
+                                       workers);
   }
-  const int64_t num_tiles = order.blocks_per_col * params.num_col_tiles;
+  const TileOrder order =
+      make_tile_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), strip, workers);
 
   // ---------------------------------------------------------------- producer: one thread
-  // It serves the groups in turn, each from its own tile list and into its own stages.
+  // It serves the groups in turn, each from its own tile list and into its own stages. (A producer warp
+  // per group, each waiting only for its group's stage, measured slower: Both -2 to -9 points of a copy,
+  // Colwise -1 to -5, H200 session 6.)
   if (producer) {
     if (tid == kProducerTid) {
       constexpr uint64_t kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
       typename Cfg::PipelineState states[Cfg::kGroups];
-      GroupTiles tiles[Cfg::kGroups];
+      TileCursor tiles[Cfg::kGroups];
 #pragma unroll
       for (int g = 0; g < Cfg::kGroups; ++g) {
         states[g] = cutlass::make_producer_start_state<Pipeline>();
-        tiles[g] = group_tiles<Cfg::kGroups>(order, num_tiles, g);
+        tiles[g] = first_tile<Cfg::kGroups>(order, g);
       }
       for (bool more = true; more;) {
         more = false;
 #pragma unroll
         for (int g = 0; g < Cfg::kGroups; ++g) {
-          if (tiles[g].first >= tiles[g].end) continue;  // the group has no tiles left
-          const QuantTile t = quant_tile<kMode>(params, table, order, tiles[g].first);
-          tiles[g].first += tiles[g].step;
+          if (!tiles[g].valid()) continue;  // the group has no tiles left
+          const QuantTile t = quant_tile<kMode>(params, table, tiles[g]);
+          tiles[g].advance(order);
           more = true;
           Pipeline pipeline = group_pipeline(g);
           pipeline.producer_acquire(states[g]);
@@ -394,16 +470,14 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   };
   Pipeline pipeline = group_pipeline(group);
   typename Cfg::PipelineState state;
-  const GroupTiles tiles = group_tiles<Cfg::kGroups>(order, num_tiles, group);
   bool head_carry = false;  // ColwiseSegments: gs.carry holds the sector this block starts inside
 
   if constexpr (Cfg::kSegments) {
     // The unused scale columns [blocks_per_col, num_row_blocks) of every column tile (all of them when
     // the sizes are invalid), dealt out to the workers in turn.
     const int64_t unused = params.num_row_blocks - order.blocks_per_col;
-    const int64_t workers = static_cast<int64_t>(gridDim.x) * Cfg::kGroups;
     for (int64_t v = static_cast<int64_t>(blockIdx.x) * Cfg::kGroups + group; v < unused * params.num_col_tiles;
-         v += workers) {
+         v += order.workers) {
       const int64_t col_tile = v / unused;
       const int64_t row_block = order.blocks_per_col + (v - col_tile * unused);
       if (tid_g < Cfg::kTileCols) {
@@ -412,8 +486,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     }
   }
 
-  for (int64_t tile = tiles.first; tile < tiles.end; tile += tiles.step) {
-    const QuantTile t = quant_tile<kMode>(params, table, order, tile);
+  for (TileCursor cursor = first_tile<Cfg::kGroups>(order, group); cursor.valid(); cursor.advance(order)) {
+    const QuantTile t = quant_tile<kMode>(params, table, cursor);
     const int64_t tile_col = t.col_tile * Cfg::kTileCols;
 
     // ---- tile rows [8 rg, 8 rg + 8), columns [8 cc, 8 cc + 8) into registers (raw); release the stage.
@@ -553,21 +627,21 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       // ColwiseSegments: the group's next tile continues this column tile with the next block (rows from e).
       bool next_continues = false;
       if constexpr (Cfg::kSegments) {
-        next_continues = order.runs && tile + 1 < tiles.end && t.row_block + 1 < order.blocks_per_col &&
-                         e == a + t.row_count;
+        next_continues = order.strip != 1 && cursor.unit_continues(order) && e == a + t.row_count;
       }
       const bool whole_block = e - a == Cfg::kTileRows && tile_col + Cfg::kTileCols <= p.cols;
-      const bool run_mid_sector = order.runs && (a & 31) == 16;
+      const bool run_mid_sector = order.strip != 1 && (a & 31) == 16;
+      // Whole blocks: thread tid_g takes 16-byte chunk k of columns col0 + kColStep i (8 lanes per column).
+      constexpr int kColStep = Cfg::kConsumerThreads / (Cfg::kTileRows / 16);  // 32
+      const int col0 = tid_g / (Cfg::kTileRows / 16);
+      const int k = tid_g % (Cfg::kTileRows / 16);
+      const int64_t dst_step = kColStep * p.q_t_ld;
       if (whole_block && shift == 0 && !run_mid_sector) {
         // 128 rows starting 16-aligned (every Colwise/Both block but the last), all 128 columns inside C,
         // not handing a sector on: thread tid_g stores chunk tid_g % 8 of columns tid_g / 8 + 32 i; no
         // division, no bounds checks, one address computation. (Outside runs, a block 16 bytes into a
         // sector shares its edge sectors with other groups' blocks whatever it does.)
-        constexpr int kColStep = Cfg::kConsumerThreads / (Cfg::kTileRows / 16);  // 32
-        const int col0 = tid_g / (Cfg::kTileRows / 16);
-        const int k = tid_g % (Cfg::kTileRows / 16);
         uint8_t* dst = p.q_t + (tile_col + col0) * p.q_t_ld + first_row + 16 * k;
-        const int64_t dst_step = kColStep * p.q_t_ld;
 #pragma unroll
         for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
           *reinterpret_cast<uint4*>(dst + i * dst_step) = qt_chunk_unchecked(gs, col0 + i * kColStep, k);
@@ -579,11 +653,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         // so that the 8 lanes cover 4 whole sectors in one instruction; lane 0 then carries chunk 7 (or
         // stores it, half a sector, when the next block is another worker's). head_carry false: lane 0
         // stores nothing, the previous block's worker stored its half.
-        constexpr int kColStep = Cfg::kConsumerThreads / (Cfg::kTileRows / 16);  // 32
-        const int col0 = tid_g / (Cfg::kTileRows / 16);
-        const int k = tid_g % (Cfg::kTileRows / 16);
         uint8_t* dst = p.q_t + (tile_col + col0) * p.q_t_ld + first_row - 16 + 16 * k;
-        const int64_t dst_step = kColStep * p.q_t_ld;
 #pragma unroll
         for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
           const int col = col0 + i * kColStep;
