@@ -32,6 +32,7 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(const at::Tensor& a, c
 // ---- quantization (quantize.cu) ---------------------------------------------------------------------
 void check_quantize_fp8_1x128(const at::Tensor& x);
 void check_quantize_fp8_1x128_segments(const at::Tensor& x, const at::Tensor& sizes);
+void check_quantize_fp8_1x128_segments_padded(const at::Tensor& x, const at::Tensor& sizes, int64_t pad);
 
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_rowwise_cuda(const at::Tensor& x, bool ue8m0);
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_cuda(const at::Tensor& x, bool ue8m0);
@@ -40,5 +41,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_bo
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(const at::Tensor& x,
                                                                             const at::Tensor& sizes,
                                                                             bool ue8m0);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_padded_cuda(
+    const at::Tensor& x, const at::Tensor& sizes, int64_t pad, bool ue8m0);
 
 }  // namespace wgrad

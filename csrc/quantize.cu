@@ -64,6 +64,16 @@ void check_sizes(const char* op, const at::Tensor& x, const at::Tensor& sizes) {
   }
 }
 
+void check_pad(const char* op, int64_t pad) {
+  TORCH_CHECK(pad == 16 || pad == 32 || pad == 64 || pad == 128, op, ": pad must be 16, 32, 64 or 128, got ", pad);
+}
+
+// q_t columns of the padded segments cast: the most sum_g align_up(size_g, pad) can be for sizes summing
+// to `rows` (a multiple of pad, so of 16: TMA-ready). The last segment takes the columns left over.
+int64_t padded_segment_columns(int64_t rows, int64_t groups, int64_t pad) {
+  return (rows + groups * (pad - 1)) / pad * pad;
+}
+
 // [mn, kb] float32 in the TMA-aligned MN-major layout: (m, kb) at kb * scale_ld(mn) + m.
 at::Tensor empty_mn_major_scales(const at::Tensor& like, int64_t mn, int64_t kb) {
   return at::empty({kb, scale_ld(mn)}, like.options().dtype(at::kFloat)).narrow(1, 0, mn).t();
@@ -186,8 +196,9 @@ void launch_generic(const QuantizeParams& p, int64_t row_blocks, int64_t col_til
 // Returns the workspace that holds it (alive until the launches that read it are enqueued).
 at::Tensor build_segment_table_global(const at::Tensor& x, const quant::SegmentTableArgs& a, QuantizeParams& p,
                                       cudaStream_t stream) {
-  static_assert(sizeof(quant::RowBlock) == 2 * sizeof(int32_t) && sizeof(quant::SegmentStart) == sizeof(quant::RowBlock));
-  at::Tensor workspace = at::empty({2 * (a.num_row_blocks + a.num_segments)}, x.options().dtype(at::kInt));
+  constexpr int64_t kInts = sizeof(quant::RowBlock) / sizeof(int32_t);
+  static_assert(sizeof(quant::RowBlock) == kInts * sizeof(int32_t) && sizeof(quant::SegmentStart) == sizeof(quant::RowBlock));
+  at::Tensor workspace = at::empty({kInts * (a.num_row_blocks + a.num_segments)}, x.options().dtype(at::kInt));
   auto* table = reinterpret_cast<quant::RowBlock*>(workspace.data_ptr<int32_t>());
   auto* seg = reinterpret_cast<quant::SegmentStart*>(table + a.num_row_blocks);
   quant::build_segment_table_kernel<<<1, quant::kTableThreads, 0, stream>>>(a, seg, table);
@@ -267,6 +278,13 @@ void check_quantize_fp8_1x128_segments(const at::Tensor& x, const at::Tensor& si
   check_sizes(op, x, sizes);
 }
 
+void check_quantize_fp8_1x128_segments_padded(const at::Tensor& x, const at::Tensor& sizes, int64_t pad) {
+  constexpr const char* op = "quantize_fp8_1x128_colwise_segments_padded";
+  check_x(op, x);
+  check_sizes(op, x, sizes);
+  check_pad(op, pad);
+}
+
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_rowwise_cuda(const at::Tensor& x, bool ue8m0) {
   constexpr const char* op = "quantize_fp8_1x128_rowwise";
   check_x(op, x);
@@ -311,7 +329,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_bo
 }
 
 // Sizes stay on the device: the kernel validates them and works out the row range of every scale column
-// (each CTA in its shared memory; for tables of more than ~1000-4000 entries, and for the generic
+// (each CTA in its shared memory; for tables of more than 768 (fp32) or 3072 entries, and for the generic
 // kernel, a one-CTA kernel in global memory first), then quantizes all k_block_capacity(R, G) columns
 // (no host synchronisation, capturable in a CUDA graph). Invalid sizes (a negative one, or a sum != R):
 // every scale is NaN and q_t is not written.
@@ -339,5 +357,51 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(cons
   launch<QuantMode::ColwiseSegments>(op, x, p, row_blocks, segments);
   return {q_t, scales_t};
 }
+// The same cast with every segment's q_t columns padded to a multiple of `pad` with zero columns (and
+// the columns after the last segment zero too): q_t [C, K] with K = padded_segment_columns(R, G, pad),
+// scales [C, ceil(K/128) + G - 1], and the padded sizes (int32 [G] on the device: align_up(size_g, pad),
+// the last one K minus the others) that the k-grouped contiguous-K GEMM takes with them. Zero columns add
+// nothing to a GEMM, so any token counts work end to end; with pad >= 32 every block starts on a 32-byte
+// sector of q_t (the fast store path). No host synchronisation.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_padded_cuda(
+    const at::Tensor& x, const at::Tensor& sizes, int64_t pad, bool ue8m0) {
+  constexpr const char* op = "quantize_fp8_1x128_colwise_segments_padded";
+  check_x(op, x);
+  check_sizes(op, x, sizes);
+  check_pad(op, pad);
+  check_sm90(op, x);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t rows = x.size(0), cols = x.size(1), groups = sizes.size(0);
+  const int64_t k = padded_segment_columns(rows, groups, pad);
+  TORCH_CHECK(k <= std::numeric_limits<int32_t>::max(), op, ": R + G (pad - 1) must be < 2^31, got ", k);
+  const int64_t row_blocks = k_block_capacity(k, groups);
+  TORCH_CHECK(row_blocks <= kMaxRowBlocks, op, ": ceil(K/128) + G - 1 must be <= 2^31 - 1, got ", row_blocks);
+  at::Tensor q_t_rows =
+      at::empty({cols, align_up(k > 0 ? k : 1, kQtRowAlign)}, x.options().dtype(at::kFloat8_e4m3fn));
+  if (rows == 0) q_t_rows.view(at::kByte).zero_();  // no block of x to write the zero columns (and padding)
+  at::Tensor q_t = q_t_rows.narrow(1, 0, k);
+  at::Tensor scales_t = empty_mn_major_scales(x, cols, row_blocks);
+  at::Tensor padded = at::empty_like(sizes);
+  if (row_blocks == 0 || cols == 0) {  // no launch: the padded sizes from tensor ops (a few launches more)
+    padded = sizes.add(pad - 1).bitwise_and(-pad);
+    padded.narrow(0, groups - 1, 1).copy_(padded.narrow(0, 0, groups - 1).sum().neg().add(k).view({1}));
+    return {q_t, scales_t, padded};
+  }
+
+  quant::SegmentTableArgs segments;
+  segments.sizes = sizes.const_data_ptr<int32_t>();
+  segments.num_segments = groups;
+  segments.rows = rows;
+  segments.num_row_blocks = row_blocks;
+  segments.pad = pad;
+  segments.out_cols = k;
+  segments.padded_sizes = padded.data_ptr<int32_t>();  // written by the segment table's builder
+  QuantizeParams p = base_params(x, ue8m0);
+  set_colwise(p, q_t, scales_t);
+  p.seg_pad = pad;
+  launch<QuantMode::ColwiseSegments>(op, x, p, row_blocks, segments);
+  return {q_t, scales_t, padded};
+}
+
 
 }  // namespace wgrad

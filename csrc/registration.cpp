@@ -42,6 +42,10 @@
 //   colwise_segments(x, sizes) -> the colwise outputs with blocks restarting at every segment of rows
 //                (int32 sizes on x's device, sum == R), scales [C, ceil(R/128) + G - 1]: the
 //                contiguous-K operand of the k-grouped GEMM. Unused trailing scale columns hold 0.
+//   colwise_segments_padded(x, sizes, pad) -> the same with every segment's q_t columns padded with zero
+//                columns to a multiple of pad (16/32/64/128): q_t [C, K], K = floor((R + G (pad - 1)) / pad)
+//                * pad, scales [C, ceil(K/128) + G - 1], and padded_sizes int32 [G] (align_up(size, pad),
+//                the last one the rest of K): what the contiguous-K GEMM takes for any token counts.
 // ===================================================================================================
 
 #include <torch/library.h>
@@ -76,7 +80,11 @@ TORCH_LIBRARY(wgrad, m) {
       "quantize_fp8_1x128_colwise_segments(Tensor x, Tensor sizes, bool ue8m0=False) -> "
       "(Tensor q_t, Tensor scales_t)");
   m.def("_check_quantize_fp8_1x128(Tensor x) -> ()");
+  m.def(
+      "quantize_fp8_1x128_colwise_segments_padded(Tensor x, Tensor sizes, int pad=32, bool ue8m0=False) -> "
+      "(Tensor q_t, Tensor scales_t, Tensor padded_sizes)");
   m.def("_check_quantize_fp8_1x128_segments(Tensor x, Tensor sizes) -> ()");
+  m.def("_check_quantize_fp8_1x128_segments_padded(Tensor x, Tensor sizes, int pad) -> ()");
 }
 
 namespace {
@@ -89,6 +97,7 @@ void register_checks(torch::Library& m) {
          &wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous);
   m.impl("_check_quantize_fp8_1x128", &wgrad::check_quantize_fp8_1x128);
   m.impl("_check_quantize_fp8_1x128_segments", &wgrad::check_quantize_fp8_1x128_segments);
+  m.impl("_check_quantize_fp8_1x128_segments_padded", &wgrad::check_quantize_fp8_1x128_segments_padded);
 }
 
 }  // namespace
@@ -106,6 +115,7 @@ TORCH_LIBRARY_IMPL(wgrad, CUDA, m) {
   m.impl("quantize_fp8_1x128_colwise", &wgrad::quantize_fp8_1x128_colwise_cuda);
   m.impl("quantize_fp8_1x128_both", &wgrad::quantize_fp8_1x128_both_cuda);
   m.impl("quantize_fp8_1x128_colwise_segments", &wgrad::quantize_fp8_1x128_colwise_segments_cuda);
+  m.impl("quantize_fp8_1x128_colwise_segments_padded", &wgrad::quantize_fp8_1x128_colwise_segments_padded_cuda);
 }
 
 // CPU kernels of the public ops are the reference math, registered from python/wgrad/_ops.py.

@@ -53,6 +53,9 @@ def main():
         wgrad.quantize_fp8_1x128_both(x, True)
         sizes = [r // 3, 0, r - r // 3 - 17, 17]
         wgrad.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes, dtype=torch.int32, device=dev))
+        for pad in (16, 32):  # padded segments: zero columns between segments and after the last
+            wgrad.quantize_fp8_1x128_colwise_segments_padded(x, torch.tensor(sizes, dtype=torch.int32, device=dev),
+                                                             pad)
     torch.cuda.synchronize()
     print("sanitizer cases done")
 

@@ -239,3 +239,19 @@ def assert_fp32_of(out: torch.Tensor, expected64: torch.Tensor) -> None:
     expected = expected64.to(torch.float32)
     scale = expected64.abs().max().item() if expected64.numel() else 0.0
     torch.testing.assert_close(out, expected, rtol=2.0**-23, atol=1e-12 * scale, equal_nan=False)
+
+
+# MoE segment splits (rows, sizes) for the segments casts: one segment, empty ones first, last and in
+# between, starts inside 16-byte chunks and 32-byte sectors, R == 0, many empty segments, many small ones.
+SEGMENT_CASES = [
+    (300, [300]),
+    (300, [0, 300]),
+    (300, [300, 0, 0]),
+    (300, [5, 0, 123, 0, 172]),
+    (1000, [1, 127, 129, 3, 0, 740]),
+    (4097, [128, 256, 17, 1000, 2696]),
+    (4097, [16, 32, 48, 4001]),
+    (0, [0, 0, 0]),
+    (129, [0] * 40 + [129]),
+    (2048, [64] * 32),
+]

@@ -36,12 +36,14 @@ enum class QuantMode { Rowwise, Colwise, Both, ColwiseSegments };
 constexpr bool has_rowwise(QuantMode m) { return m == QuantMode::Rowwise || m == QuantMode::Both; }
 constexpr bool has_colwise(QuantMode m) { return m != QuantMode::Rowwise; }
 
-// One 128-row block of the column-wise output: rows [row_start, row_start + row_count) of x.
+// One 128-row block of the column-wise output: rows [row_start, row_start + row_count) of x, written to
+// q_t columns [out_start, out_start + row_count) (out_start == row_start but for padded segments).
 // row_count == 0: an unused scale column (its scales are zeroed); row_count < 0: the segment sizes
 // failed validation (every scale becomes NaN, q_t is not written).
 struct RowBlock {
   int32_t row_start;
   int32_t row_count;
+  int32_t out_start;
 };
 
 struct QuantizeParams {
@@ -60,6 +62,10 @@ struct QuantizeParams {
   int64_t scales_t_ld;
 
   const RowBlock* row_blocks;  // ColwiseSegments: one entry per scale column (row block)
+  // ColwiseSegments: 0, or the padding of every segment's q_t columns (16, 32, 64 or 128): segment g then
+  // starts at q_t column sum_{h<g} align_up(size_h, seg_pad), the columns between segments and those
+  // after the last one (up to q_t_ld) are 0.
+  int64_t seg_pad;
 };
 
 // The segments of the MoE path, on the device: validated and turned into the row-block table by
@@ -68,13 +74,17 @@ struct SegmentTableArgs {
   const int32_t* sizes = nullptr;  // [num_segments] rows of each segment; must be >= 0 and sum to rows
   int64_t num_segments = 0;
   int64_t rows = 0;
-  int64_t num_row_blocks = 0;      // k_block_capacity(rows, num_segments): entries of the table
+  int64_t num_row_blocks = 0;      // the scale columns of the output: entries of the table
+  int64_t pad = 0;                 // QuantizeParams::seg_pad
+  int64_t out_cols = 0;            // padded: the q_t columns K
+  int32_t* padded_sizes = nullptr; // padded: [num_segments] align_up(size_g, pad), the last one K - the others
 };
 
-// Where segment g starts: its first row of x and its first scale column (row block).
+// Where segment g starts: its first row of x, its first scale column (row block), its first q_t column.
 struct SegmentStart {
   int32_t row_start;
   int32_t block_start;
+  int32_t out_start;
 };
 static_assert(sizeof(SegmentStart) == sizeof(RowBlock), "one table area holds both");
 
@@ -82,8 +92,10 @@ template <int kWarps>
 struct SegmentScanScratch {
   int64_t warp_rows[kWarps];
   int64_t warp_blocks[kWarps];
+  int64_t warp_out[kWarps];
   int64_t carry_rows;
   int64_t carry_blocks;
+  int64_t carry_out;
 };
 
 // Scale column `row_block` of a segment-table entry without rows, columns [tile_col, tile_col + 128) of
@@ -94,6 +106,19 @@ __device__ __forceinline__ void fill_empty_scale_column(const QuantizeParams& p,
                                                         int row_count, int c) {
   const float fill = row_count == 0 ? 0.0f : __uint_as_float(kScaleNanBits);
   if (tile_col + c < p.cols) p.scales_t[row_block * p.scales_t_ld + tile_col + c] = fill;
+}
+
+// Padded segments (seg_pad > 0): zeros to q_t columns [from, q_t_ld) of output rows (x columns)
+// [0, cols), 16 bytes per store; `from` is a multiple of 16. Task i of `count` = row i / chunks, chunk
+// i % chunks; the caller's threads take tasks first, first + step, ...
+__device__ __forceinline__ void q_t_zero_tail(const QuantizeParams& p, int64_t col_begin, int64_t col_end,
+                                              int64_t from, int64_t first, int64_t step) {
+  const int64_t chunks = (p.q_t_ld - from) / 16;
+  if (chunks <= 0) return;
+  for (int64_t i = first; i < (col_end - col_begin) * chunks; i += step) {
+    const int64_t c = col_begin + i / chunks;
+    *reinterpret_cast<uint4*>(p.q_t + c * p.q_t_ld + from + 16 * (i % chunks)) = make_uint4(0u, 0u, 0u, 0u);
+  }
 }
 
 // ------------------------------------------------------------------ q_t staging -----------------------
@@ -139,10 +164,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
   const int64_t row_block = blockIdx.x;
 
   int64_t row_start;
+  int64_t out_start;  // first q_t column of the block
   int row_count;
   if constexpr (kMode == QuantMode::ColwiseSegments) {
     const RowBlock rb = p.row_blocks[row_block];
     row_start = rb.row_start;
+    out_start = rb.out_start;
     row_count = rb.row_count;
     if (row_count <= 0) {
       for (int c = tid; c < kTileCols; c += kThreads) fill_empty_scale_column(p, row_block, tile_col, row_count, c);
@@ -150,6 +177,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
     }
   } else {
     row_start = row_block * kTileRows;
+    out_start = row_start;
     row_count = static_cast<int>(p.rows - row_start < kTileRows ? p.rows - row_start : kTileRows);
   }
 
@@ -236,20 +264,24 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
     }
     __syncthreads();
 
-    // ---- store q_t rows [row_start, row_start + write_count) of every column of the tile. The block
+    // ---- store q_t columns [out_start, out_start + write_count) of every column of the tile. The block
     // that ends at row `rows` also writes q_t's padding columns [rows, q_t_ld) (with 0: rows past the
-    // block were loaded as 0), so q_t never holds uninitialised bytes.
+    // block were loaded as 0), so q_t never holds uninitialised bytes; padded segments: every block writes
+    // its segment's zero columns up to the next multiple of seg_pad, and the block that ends at row `rows`
+    // also the zero columns after it (see q_t_zero_tail).
+    const bool last_block = row_start + row_count == p.rows;
     const int write_count =
-        row_start + row_count == p.rows ? static_cast<int>(p.q_t_ld - row_start) : row_count;
-    const int64_t first_chunk = row_start / 16;
-    const int num_chunks = static_cast<int>((row_start + write_count + 15) / 16 - first_chunk);  // <= 9
-    const bool aligned = row_start % 16 == 0;
+        p.seg_pad > 0 ? static_cast<int>(align_up(out_start + row_count, p.seg_pad) - out_start)
+                      : (last_block ? static_cast<int>(p.q_t_ld - out_start) : row_count);
+    const int64_t first_chunk = out_start / 16;
+    const int num_chunks = static_cast<int>((out_start + write_count + 15) / 16 - first_chunk);  // <= 9
+    const bool aligned = out_start % 16 == 0;
     for (int task = tid; task < kTileCols * num_chunks; task += kThreads) {
       const int col = task / num_chunks;
       const int64_t chunk = first_chunk + task % num_chunks;
       if (tile_col + col >= p.cols) continue;
-      const int64_t lo = chunk * 16 > row_start ? chunk * 16 : row_start;
-      const int64_t hi = chunk * 16 + 16 < row_start + write_count ? chunk * 16 + 16 : row_start + write_count;
+      const int64_t lo = chunk * 16 > out_start ? chunk * 16 : out_start;
+      const int64_t hi = chunk * 16 + 16 < out_start + write_count ? chunk * 16 + 16 : out_start + write_count;
       uint8_t* dst = p.q_t + (tile_col + col) * p.q_t_ld + chunk * 16;
       uint4 data;
       if (kMode != QuantMode::ColwiseSegments || aligned) {  // then write_count <= 128: a staged chunk
@@ -260,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
         uint32_t words[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
         for (int b = 0; b < 16; ++b) {
-          const int64_t local = chunk * 16 + b - row_start;
+          const int64_t local = chunk * 16 + b - out_start;
           if (local >= 0 && local < kTileRows) {
             words[b / 4] |= uint32_t(qt_staged_byte(s_qt, col, static_cast<int>(local))) << (8 * (b % 4));
           }
@@ -277,14 +309,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
         }
       }
     }
+    if (p.seg_pad > 0 && last_block) {
+      const int64_t col_end = tile_col + kTileCols < p.cols ? tile_col + kTileCols : p.cols;
+      q_t_zero_tail(p, tile_col, col_end, out_start + write_count, tid, kThreads);
+    }
   }
 }
 
 // ------------------------------------------------------------------ segment table ---------------------
 // Validates the sizes (each >= 0, sum == rows) and writes, for every scale column b of the segmented
 // column-wise output, the rows of x it quantizes: segment g's j-th block is scale column
-// sum_{h<g} ceil(size_h / 128) + j and covers rows [off_g + 128 j, min(off_g + 128 (j + 1), off_g + size_g)).
-// Columns past the last block get row_count 0; invalid sizes give row_count -1 everywhere.
+// sum_{h<g} ceil(size_h / 128) + j and covers rows [off_g + 128 j, min(off_g + 128 (j + 1), off_g + size_g)),
+// written to q_t from column out_g + 128 j (out_g = sum_{h<g} align_up(size_h, pad); without padding,
+// out_g = off_g). Columns past the last block get row_count 0; invalid sizes give row_count -1 everywhere.
 // Every thread of the CTA calls it (kThreads of them, whole warps): it synchronises them with
 // __syncthreads, and on return the table is complete. seg ([num_segments]) and table ([num_row_blocks])
 // are shared memory (the column kernel builds its own copy in every CTA) or global memory (the one-CTA
@@ -299,6 +336,7 @@ __device__ void build_segment_table(const SegmentTableArgs& a, SegmentStart* seg
   if (tid == 0) {
     s.carry_rows = 0;
     s.carry_blocks = 0;
+    s.carry_out = 0;
   }
   bool negative = false;
   __syncthreads();
@@ -309,33 +347,46 @@ __device__ void build_segment_table(const SegmentTableArgs& a, SegmentStart* seg
     const int64_t size = g < a.num_segments ? a.sizes[g] : 0;
     negative |= size < 0;
     const int64_t blocks = size > 0 ? ceil_div(size, kBlock) : 0;
-    int64_t rows_incl = size, blocks_incl = blocks;
+    const int64_t out = a.pad > 0 && size > 0 ? align_up(size, a.pad) : size;  // q_t columns
+    int64_t rows_incl = size, blocks_incl = blocks, out_incl = out;
 #pragma unroll
     for (int offset = 1; offset < 32; offset <<= 1) {
       const int64_t r = __shfl_up_sync(0xFFFFFFFFu, rows_incl, offset);
       const int64_t b = __shfl_up_sync(0xFFFFFFFFu, blocks_incl, offset);
+      const int64_t o = __shfl_up_sync(0xFFFFFFFFu, out_incl, offset);
       if (lane >= offset) {
         rows_incl += r;
         blocks_incl += b;
+        out_incl += o;
       }
     }
     if (lane == 31) {
       s.warp_rows[warp] = rows_incl;
       s.warp_blocks[warp] = blocks_incl;
+      s.warp_out[warp] = out_incl;
     }
     __syncthreads();
-    int64_t rows_before = s.carry_rows, blocks_before = s.carry_blocks;
+    int64_t rows_before = s.carry_rows, blocks_before = s.carry_blocks, out_before = s.carry_out;
     for (int w = 0; w < warp; ++w) {
       rows_before += s.warp_rows[w];
       blocks_before += s.warp_blocks[w];
+      out_before += s.warp_out[w];
     }
     rows_before += rows_incl - size;
     blocks_before += blocks_incl - blocks;
-    if (g < a.num_segments) seg[g] = {static_cast<int32_t>(rows_before), static_cast<int32_t>(blocks_before)};
+    out_before += out_incl - out;
+    if (g < a.num_segments) {
+      seg[g] = {static_cast<int32_t>(rows_before), static_cast<int32_t>(blocks_before),
+                static_cast<int32_t>(out_before)};
+      if (a.padded_sizes != nullptr && blockIdx.x == 0) {  // one CTA writes them (meaningless if invalid)
+        a.padded_sizes[g] = static_cast<int32_t>(g == a.num_segments - 1 ? a.out_cols - out_before : out);
+      }
+    }
     __syncthreads();  // everyone has read the carries
     if (tid == kThreads - 1) {
       s.carry_rows = rows_before + size;
       s.carry_blocks = blocks_before + blocks;
+      s.carry_out = out_before + out;
     }
     __syncthreads();  // carries and seg complete
   }
@@ -343,7 +394,7 @@ __device__ void build_segment_table(const SegmentTableArgs& a, SegmentStart* seg
   const int64_t total_blocks = s.carry_blocks;
 
   for (int64_t b = tid; b < a.num_row_blocks; b += kThreads) {
-    RowBlock rb{0, valid ? 0 : -1};
+    RowBlock rb{0, valid ? 0 : -1, 0};
     if (valid && b < total_blocks) {
       // The segment of block b: the last g with seg[g].block_start <= b (empty segments share their
       // start with the next non-empty one, which comes after them).
@@ -357,6 +408,7 @@ __device__ void build_segment_table(const SegmentTableArgs& a, SegmentStart* seg
       const int64_t left = a.sizes[lo] - j * kBlock;
       rb.row_start = static_cast<int32_t>(st.row_start + j * kBlock);
       rb.row_count = static_cast<int32_t>(left < kBlock ? left : kBlock);
+      rb.out_start = static_cast<int32_t>(st.out_start + j * kBlock);
     }
     table[b] = rb;
   }

@@ -66,10 +66,10 @@ struct ColwiseSm90Config {
   static constexpr int kQtSlots = kTileRows / 8;                 // 8-byte slots per staged column
   static constexpr uint32_t kTileBytes = kTileRows * kTileCols * sizeof(T);
   // ColwiseSegments: every CTA builds the segment table in shared memory (SegmentStart per segment +
-  // RowBlock per scale column, 8 bytes each) when it fits in this many entries; larger tables are built
+  // RowBlock per scale column, 12 bytes each) when it fits in this many entries; larger tables are built
   // in global memory by build_segment_table_kernel first (one more launch).
   static constexpr bool kSegments = kMode == QuantMode::ColwiseSegments;
-  static constexpr int kTableEntries = !kSegments ? 1 : (sizeof(T) == 4 ? 1024 : 4096);
+  static constexpr int kTableEntries = !kSegments ? 1 : (sizeof(T) == 4 ? 768 : 3072);
   // A tile is loaded as 8 boxes of 16 rows. A box wholly past the block's rows is aimed past R instead:
   // TMA zero-fills it without reading memory, and still counts its bytes. So a segment's last, partial
   // block reads at most 15 rows of the next segment, not up to 127.
@@ -123,6 +123,7 @@ struct QuantTile {
   int64_t row_block;
   int64_t col_tile;
   int64_t row_start;
+  int64_t out_start;  // its first q_t column (row_start but for padded segments)
   int row_count;  // <= 0: no rows (ColwiseSegments: unused scale column, or invalid sizes)
 };
 
@@ -256,9 +257,11 @@ __device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params,
   if constexpr (kMode == QuantMode::ColwiseSegments) {
     const RowBlock rb = table[t.row_block];
     t.row_start = rb.row_start;
+    t.out_start = rb.out_start;
     t.row_count = rb.row_count;
   } else {
     t.row_start = t.row_block * kBlock;
+    t.out_start = t.row_start;
     const int64_t left = params.q.rows - t.row_start;
     t.row_count = static_cast<int>(left < kBlock ? left : kBlock);
   }
@@ -404,7 +407,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   if constexpr (Cfg::kSegments) {
     blocks_per_col = static_cast<int32_t>(used_row_blocks(table, params.num_row_blocks));
     bool inside_sector = false;
-    for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) inside_sector |= (table[b].row_start & 31) != 0;
+    for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) inside_sector |= (table[b].out_start & 31) != 0;
     inside_sector = __syncthreads_or(inside_sector);
     strip = params.segment_order >= 0
                 ? params.segment_order
@@ -605,6 +608,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
 
     // ---- store q_t rows [a, e) of every column of the tile. The block that ends at row R also writes
     // q_t's padding [R, q_t_ld) (zeros: staged past the block), so q_t never holds uninitialised bytes.
+    // (Padded segments: every block also writes its segment's zero columns up to the next multiple of
+    // seg_pad; the zero columns after the last segment are written after the tile loop.)
     // NOTES: write whole 32-byte sectors. A store that covers only part of an L2 sector costs the L2 a
     // read-modify-write: segments starting 16 bytes into a sector ran at 55 % of a copy where 32-, 64- and
     // 128-aligned starts ran at 81-83 % (H200, 16384 x 7168 bf16; same DRAM traffic, +21 % L2 write
@@ -617,8 +622,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     // The staged block holds rows [a, a + 128) as 16-byte chunks from first_row = a - a % 16 (shifted by
     // a % 16 when a is not 16-aligned; chunks outside the staging read as zeros).
     {
-      const int64_t a = t.row_start;
-      const int64_t e = a + t.row_count == p.rows ? p.q_t_ld : a + t.row_count;
+      const int64_t a = t.out_start;
+      const bool last_block = t.row_start + t.row_count == p.rows;
+      // (seg_pad is a power of two: its padding without a division)
+      const int64_t e = p.seg_pad > 0 ? (a + t.row_count + p.seg_pad - 1) & ~(p.seg_pad - 1)
+                                      : (last_block ? p.q_t_ld : a + t.row_count);
       const int shift = static_cast<int>(a & 15);
       const int64_t first_row = a - shift;
       auto staged = [&](int col, int m) {  // 16-byte chunk m (rows first_row + 16 m ...) of column col
@@ -733,6 +741,19 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         }
         head_carry = tail_carry;
       }
+    }
+  }
+
+  // Padded segments: q_t columns [T0, q_t_ld) after the last segment's padding are 0, written by every
+  // consumer thread of the launch in turn (T0 from the last used table entry; invalid sizes: q_t is not
+  // written).
+  if constexpr (Cfg::kSegments) {
+    if (p.seg_pad > 0 && order.blocks_per_col > 0) {
+      const RowBlock last = table[order.blocks_per_col - 1];
+      const int64_t t0 = align_up(static_cast<int64_t>(last.out_start) + last.row_count, p.seg_pad);
+      const int64_t worker = static_cast<int64_t>(blockIdx.x) * Cfg::kGroups + group;
+      q_t_zero_tail(p, 0, p.cols, t0, worker * Cfg::kConsumerThreads + tid_g,
+                    static_cast<int64_t>(order.workers) * Cfg::kConsumerThreads);
     }
   }
 #endif

@@ -16,6 +16,7 @@ from .quant import (
     quantize_fp8_1x128_both,
     quantize_fp8_1x128_colwise,
     quantize_fp8_1x128_colwise_segments,
+    quantize_fp8_1x128_colwise_segments_padded,
     quantize_fp8_1x128_rowwise,
 )
 from .scales import (
@@ -37,6 +38,7 @@ __all__ = [
     "quantize_fp8_1x128_both",
     "quantize_fp8_1x128_colwise",
     "quantize_fp8_1x128_colwise_segments",
+    "quantize_fp8_1x128_colwise_segments_padded",
     "quantize_fp8_1x128_rowwise",
     "align_up",
     "empty_mn_major_scales",

@@ -4,9 +4,12 @@ Each kernel is timed on DeepSeek-V3-like activations `x` [tokens, features] next
 - a device-to-device copy moving the same number of bytes (the bandwidth ceiling), and
 - the plain PyTorch way: per-block amax through a view, divide, cast, `.t().contiguous()` for the
   transposed operand, and a copy of the scales into the MN-major layout the GEMMs take.
-The MoE segments cast runs twice: with 8 uneven segment sizes that are not multiples of 16
-(`colwise_segments`) and with the same split rounded to multiples of 16 (`colwise_segments16`, the token
-counts the k-grouped GEMM takes). Bytes moved = read x once + write every output (q, q_t, scales).
+The MoE segments cast runs three times: with 8 uneven segment sizes that are not multiples of 16
+(`colwise_segments`), with the same split rounded to multiples of 16 (`colwise_segments16`, the token
+counts the k-grouped GEMM takes), and with the uneven split padded to 32 columns of q_t per segment
+(`colwise_segments_pad32`: the padded cast, whose output the k-grouped GEMM takes for any token counts).
+Bytes moved = read x once + write every output (q, q_t with its zero columns, scales); the copy is timed
+call by call beside each kernel.
 Times are medians of CUDA-event intervals with the L2 flushed (a 256 MiB write) before every call.
 """
 
@@ -17,6 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .reference import padded_segment_columns
 from .scales import empty_mn_major_scales, num_k_blocks
 
 # tokens x features of DeepSeek-V3 layers (hidden 7168, q_lora/kv_lora + rope 2112, dense/expert
@@ -117,6 +121,9 @@ def _segment_sizes(rows: int, groups: int, align: int = 1) -> List[int]:
 
 def _bytes(kind: str, rows: int, cols: int, elem: int, groups: int = 1) -> int:
     x_bytes = rows * cols * elem
+    if kind == "colwise_segments_pad32":  # q_t [C, K] with its zero columns, scales [C, ceil(K/128) + G - 1]
+        k = padded_segment_columns(rows, groups, 32)
+        return x_bytes + cols * k + cols * (num_k_blocks(k) + groups - 1) * 4
     q = rows * cols
     s_row = rows * num_k_blocks(cols) * 4
     s_col = cols * (num_k_blocks(rows) + (groups - 1 if kind.startswith("colwise_segments") else 0)) * 4
@@ -154,6 +161,10 @@ def run_quant_bench(shapes: Optional[Sequence[Tuple[int, int]]] = None, dtype: t
                                  lambda: _torch_segments(x, sizes_list)),
             "colwise_segments16": (lambda: ops.quantize_fp8_1x128_colwise_segments(x, sizes16, False),
                                    lambda: _torch_segments(x, sizes16_list)),
+            # The unaligned split again, each segment padded to 32 columns of q_t (what the k-grouped GEMM
+            # takes for any token counts); its "PyTorch way" is the unpadded one (no padding step).
+            "colwise_segments_pad32": (lambda: ops.quantize_fp8_1x128_colwise_segments_padded(x, sizes, 32, False),
+                                       lambda: _torch_segments(x, sizes_list)),
         }
         valid = _validate(x, ops)
         for kind, (ours, theirs) in kernels.items():

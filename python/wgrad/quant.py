@@ -8,7 +8,11 @@
 - `quantize_fp8_1x128_both(x)`: both from one read of `x`;
 - `quantize_fp8_1x128_colwise_segments(x, sizes)`: the column-wise cast of an MoE buffer whose rows are
   per-expert segments (`sizes`: int32 tensor on x's device, never read by the host), blocks restarting at
-  every segment: the contiguous-K operand of `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`.
+  every segment: the contiguous-K operand of `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`;
+- `quantize_fp8_1x128_colwise_segments_padded(x, sizes, pad=32)`: the same with every segment's columns
+  of `q_t` padded with zero columns to a multiple of `pad`, plus the padded sizes (on the device): the
+  contiguous-K GEMM then takes any token counts (it needs multiples of 16), and with pad >= 32 the cast
+  writes whole 32-byte sectors (its fast path).
 
 Every scale tensor is `[mn, kb]` in the TMA-aligned MN-major layout (strides `(1, align_up(mn, 4))`).
 `x` of more than 2 dims is seen as `[R, C]` with `R` the product of the leading dims; outputs are 2-D.
@@ -17,7 +21,7 @@ quantize_fp8_1x128_rowwise_reference`; the CUDA kernels match it bit for bit.
 
 Invalid `sizes` on the GPU (a negative size, or a sum != R) cannot raise without a host
 synchronisation: the kernel then sets every scale to NaN (so a GEMM that consumes them yields NaN) and
-leaves `q_t` unwritten. On the CPU the op raises.
+leaves `q_t` unwritten (padded: the padded sizes are then meaningless too). On the CPU the op raises.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ _ROWWISE = "quantize_fp8_1x128_rowwise"
 _COLWISE = "quantize_fp8_1x128_colwise"
 _BOTH = "quantize_fp8_1x128_both"
 _SEGMENTS = "quantize_fp8_1x128_colwise_segments"
+_PADDED = "quantize_fp8_1x128_colwise_segments_padded"
+_PADS = (16, 32, 64, 128)
 
 Q_T_ROW_ALIGN = 16  # q_t rows are TMA-ready: row stride a multiple of 16 bytes
 _MAX_ROWS = 2**31 - 1
@@ -99,6 +105,16 @@ def _segments_cpu(x, sizes, ue8m0=False):
     q_t = _zero_padded_q_t(x.shape[0], x.shape[1])
     q_t.view(torch.uint8).copy_(q_ref.view(torch.uint8))
     return q_t, _mn_major_copy(s_ref)
+
+
+@torch.library.register_kernel(f"{_LIB}::{_PADDED}", "cpu")
+def _padded_cpu(x, sizes, pad=32, ue8m0=False):
+    torch.ops.wgrad._check_quantize_fp8_1x128_segments_padded(x, sizes, pad)
+    q_ref, s_ref, padded = reference.quantize_fp8_1x128_colwise_segments_padded_reference(x, sizes.tolist(), pad,
+                                                                                          ue8m0)
+    q_t = _zero_padded_q_t(q_ref.shape[1], x.shape[1])
+    q_t.view(torch.uint8).copy_(q_ref.view(torch.uint8))
+    return q_t, _mn_major_copy(s_ref), torch.tensor(padded, dtype=torch.int32)
 
 
 # ------------------------------------------------------------------ fake kernels --------------------
@@ -171,6 +187,18 @@ def _segments_fake(x, sizes, ue8m0=False):
     return _colwise_like(x, k_block_capacity(x.shape[0], sizes.shape[0]))
 
 
+@torch.library.register_fake(f"{_LIB}::{_PADDED}")
+def _padded_fake(x, sizes, pad=32, ue8m0=False):
+    _check_x(_PADDED, x)
+    _check_sizes(_PADDED, x, sizes)
+    if pad not in _PADS:
+        _fail(_PADDED, f"pad must be 16, 32, 64 or 128, got {pad}")
+    k = reference.padded_segment_columns(x.shape[0], sizes.shape[0], pad)
+    q_t = empty_q_t(k, x.shape[1], device=x.device)
+    scales_t = empty_mn_major_scales(x.shape[1], k_block_capacity(k, sizes.shape[0]), device=x.device)
+    return q_t, scales_t, torch.empty_like(sizes)
+
+
 # ------------------------------------------------------------------ user-facing functions -----------
 
 
@@ -218,6 +246,26 @@ def quantize_fp8_1x128_colwise_segments(x: torch.Tensor, sizes: Union[torch.Tens
     return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments(x2, sizes.contiguous(), ue8m0)
 
 
+def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[torch.Tensor, Sequence[int]],
+                                               pad: int = 32, ue8m0: bool = False):
+    """`quantize_fp8_1x128_colwise_segments` with every segment's columns of `q_t` padded with zero
+    columns to a multiple of `pad` (16, 32, 64 or 128). Returns `(q_t, scales_t, padded_sizes)`:
+    `q_t` [C, K] with K = floor((R + G * (pad - 1)) / pad) * pad (segment g starts at column
+    `sum(padded_sizes[:g])`; all other columns are 0), `scales_t` [C, ceil(K/128) + G - 1] (segment g's
+    blocks where the unpadded cast puts them, 0 after) and `padded_sizes` int32 [G] on x's device
+    (`align_up(sizes[g], pad)`, the last one `K - sum(others)`), computed on the device: no host
+    synchronisation. Feed `(q_t, scales_t)` of both operands and `padded_sizes` to
+    `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`: zero columns add nothing, so expert token counts
+    need not be multiples of 16. pad >= 32 keeps every block on whole 32-byte sectors of `q_t` (the fast
+    store path; README, "Quantization"). `sizes` as in `quantize_fp8_1x128_colwise_segments`."""
+    x2 = _as_2d(x)
+    if not isinstance(sizes, torch.Tensor):
+        sizes = torch.tensor([int(s) for s in sizes], dtype=torch.int32, device=x2.device)
+    elif sizes.dtype != torch.int32:
+        sizes = sizes.to(torch.int32)
+    return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments_padded(x2, sizes.contiguous(), int(pad), ue8m0)
+
+
 def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """DeepGEMM's familiar name for the row-wise cast: `x` [m, n] -> (`q` [m, n] float8_e4m3fn,
     `scales` [m, ceil(n/128)] float32). Unlike DeepGEMM's PyTorch helper, `n` need not be a multiple of
@@ -232,5 +280,6 @@ __all__ = [
     "quantize_fp8_1x128_both",
     "quantize_fp8_1x128_colwise",
     "quantize_fp8_1x128_colwise_segments",
+    "quantize_fp8_1x128_colwise_segments_padded",
     "quantize_fp8_1x128_rowwise",
 ]

@@ -171,3 +171,35 @@ def quantize_fp8_1x128_colwise_segments_reference(x: torch.Tensor, sizes: Sequen
         off += s
         blk += s_g.shape[1]
     return q_t.view(torch.float8_e4m3fn), scales_t
+
+
+def padded_segment_columns(rows: int, groups: int, pad: int) -> int:
+    """q_t columns of the padded segments cast: the most sum_g align_up(size_g, pad) can be for `groups`
+    sizes summing to `rows` (a multiple of `pad`)."""
+    return (rows + groups * (pad - 1)) // pad * pad
+
+
+def quantize_fp8_1x128_colwise_segments_padded_reference(x: torch.Tensor, sizes: Sequence[int], pad: int,
+                                                         ue8m0: bool = False):
+    """The segments rule with every segment's q_t columns padded with zero columns to a multiple of `pad`
+    (16, 32, 64 or 128). Returns `q_t` [C, K] (K = padded_segment_columns(R, G, pad); segment g's columns
+    start at sum_{h<g} padded[h], every other column is 0), `scales_t` [C, ceil(K/128) + G - 1] (the same
+    columns as the unpadded rule's, 0 after them) and `padded` (a list: align_up(sizes[g], pad), the last
+    one K minus the others), the sizes the contiguous-K GEMM takes with them. pad divides 128, so every
+    segment but the last keeps its block count; the last one's extra blocks hold zeros only."""
+    sizes = [int(s) for s in sizes]
+    rows, cols = x.shape
+    k = padded_segment_columns(rows, len(sizes), pad)
+    q_u, s_u = quantize_fp8_1x128_colwise_segments_reference(x, sizes, ue8m0)
+    padded = [(s + pad - 1) // pad * pad for s in sizes[:-1]]
+    padded.append(k - sum(padded))
+    q_t = torch.zeros((cols, k), dtype=torch.uint8)
+    src = dst = 0
+    for s, p in zip(sizes, padded):
+        q_t[:, dst : dst + s] = q_u.view(torch.uint8)[:, src : src + s]
+        src += s
+        dst += p
+    scales_t = torch.zeros((cols, max(0, num_k_blocks(k) + len(sizes) - 1)), dtype=torch.float32)
+    scales_t[:, : s_u.shape[1]] = s_u
+    return q_t.view(torch.float8_e4m3fn), scales_t, padded
+
