@@ -357,6 +357,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(cons
   launch<QuantMode::ColwiseSegments>(op, x, p, row_blocks, segments);
   return {q_t, scales_t};
 }
+
 // The same cast with every segment's q_t columns padded to a multiple of `pad` with zero columns (and
 // the columns after the last segment zero too): q_t [C, K] with K = padded_segment_columns(R, G, pad),
 // scales [C, ceil(K/128) + G - 1], and the padded sizes (int32 [G] on the device: align_up(size_g, pad),
