@@ -27,14 +27,25 @@ import wgrad  # noqa: F401  (loads the extension)
 from wgrad import bench_quant
 
 
-def _segments_fn(kind, x):
-    if kind in ("colwise", "both"):  # for comparison (the order knob does not apply)
+def _kernel_fn(kind, x):
+    """The cast KIND (rowwise, colwise, both, segments or segmentsA) of x, as a call."""
+    if not kind.startswith("segments"):
         op = getattr(torch.ops.wgrad, f"quantize_fp8_1x128_{kind}")
         return lambda: op(x, False)
     align = int(kind[len("segments"):] or 1)
     sizes_list = bench_quant._segment_sizes(x.shape[0], bench_quant.SEGMENTS, align)
     sizes = torch.tensor(sizes_list, dtype=torch.int32, device="cuda")
     return lambda: torch.ops.wgrad.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+
+
+def _copy_fn(kind, x):
+    """A device copy of the bytes the cast KIND of x moves, as a call."""
+    rows, cols = x.shape
+    nbytes = bench_quant._bytes("colwise_segments" if kind.startswith("segments") else kind, rows, cols,
+                                x.element_size(), bench_quant.SEGMENTS)
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
 
 
 def _env_of(token):
@@ -53,17 +64,13 @@ def order_sweep(orders, kinds, shapes):
     for rows, cols in shapes:
         x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda")
         for kind in kinds:
-            nbytes = bench_quant._bytes("colwise_segments" if kind.startswith("segments") else kind, rows, cols, 2,
-                                        bench_quant.SEGMENTS)
-            src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-            dst = torch.empty_like(src)
-            fn = _segments_fn(kind, x)
+            fn, copy = _kernel_fn(kind, x), _copy_fn(kind, x)
             ratios = {o: [] for o in orders}
             for _ in range(3):
                 for o in orders:
                     env = _env_of(o)
                     os.environ.update(env)
-                    ms, copy_ms = bench_quant._time_pair_ms(fn, lambda: dst.copy_(src), 9, flush)
+                    ms, copy_ms = bench_quant._time_pair_ms(fn, copy, 9, flush)
                     for k in env:
                         os.environ.pop(k)
                     ratios[o].append(copy_ms / ms)
@@ -82,24 +89,9 @@ def main():
     kind, shape = sys.argv[1], sys.argv[2]
     dtype = getattr(torch, sys.argv[3]) if len(sys.argv) > 3 else torch.bfloat16
     rows, cols = (int(v) for v in shape.split(","))
-    ops = torch.ops.wgrad
     x = torch.randn(rows, cols, dtype=dtype, device="cuda")
-    align = int(kind[len("segments"):] or 1) if kind.startswith("segments") else 1
-    sizes_list = bench_quant._segment_sizes(rows, bench_quant.SEGMENTS, align)
-    kind = "segments" if kind.startswith("segments") else kind
-    sizes = torch.tensor(sizes_list, dtype=torch.int32, device="cuda")
-    fn = {
-        "rowwise": lambda: ops.quantize_fp8_1x128_rowwise(x, False),
-        "colwise": lambda: ops.quantize_fp8_1x128_colwise(x, False),
-        "both": lambda: ops.quantize_fp8_1x128_both(x, False),
-        "segments": lambda: ops.quantize_fp8_1x128_colwise_segments(x, sizes, False),
-    }[kind]
     flush = torch.empty(bench_quant._L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    nbytes = bench_quant._bytes("colwise_segments" if kind == "segments" else kind, rows, cols, x.element_size(),
-                                bench_quant.SEGMENTS)
-    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    ms, copy_ms = bench_quant._time_pair_ms(fn, lambda: dst.copy_(src), 9, flush)
+    ms, copy_ms = bench_quant._time_pair_ms(_kernel_fn(kind, x), _copy_fn(kind, x), 9, flush)
     print(f"{kind} {rows}x{cols} {dtype}: {ms * 1e3:.1f} us, copy {copy_ms * 1e3:.1f} us, "
           f"{100 * copy_ms / ms:.1f} % of copy")
 

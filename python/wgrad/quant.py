@@ -56,9 +56,13 @@ def empty_q_t(rows: int, cols: int, device=None) -> torch.Tensor:
     return torch.empty((cols, ld), dtype=torch.float8_e4m3fn, device=device)[:, :rows]
 
 
-def _zero_padded_q_t(rows: int, cols: int) -> torch.Tensor:
+def _q_t_holding(q_ref: torch.Tensor) -> torch.Tensor:
+    """q_ref [C, R] (contiguous, CPU) in the q_t layout: row stride align_up(R, 16), padding zeros."""
+    cols, rows = q_ref.shape
     ld = align_up(max(rows, 1), Q_T_ROW_ALIGN)
-    return torch.zeros((cols, ld), dtype=torch.uint8).view(torch.float8_e4m3fn)[:, :rows]
+    q_t = torch.zeros((cols, ld), dtype=torch.uint8).view(torch.float8_e4m3fn)[:, :rows]
+    q_t.view(torch.uint8).copy_(q_ref.view(torch.uint8))
+    return q_t
 
 
 def _mn_major_copy(s: torch.Tensor) -> torch.Tensor:
@@ -79,9 +83,7 @@ def _rowwise_cpu(x, ue8m0=False):
 
 def _colwise_outputs_cpu(x, ue8m0):
     q_ref, s_ref = reference.quantize_fp8_1x128_colwise_reference(x, ue8m0)
-    q_t = _zero_padded_q_t(x.shape[0], x.shape[1])
-    q_t.view(torch.uint8).copy_(q_ref.view(torch.uint8))
-    return q_t, _mn_major_copy(s_ref)
+    return _q_t_holding(q_ref), _mn_major_copy(s_ref)
 
 
 @torch.library.register_kernel(f"{_LIB}::{_COLWISE}", "cpu")
@@ -102,9 +104,7 @@ def _both_cpu(x, ue8m0=False):
 def _segments_cpu(x, sizes, ue8m0=False):
     torch.ops.wgrad._check_quantize_fp8_1x128_segments(x, sizes)
     q_ref, s_ref = reference.quantize_fp8_1x128_colwise_segments_reference(x, sizes.tolist(), ue8m0)
-    q_t = _zero_padded_q_t(x.shape[0], x.shape[1])
-    q_t.view(torch.uint8).copy_(q_ref.view(torch.uint8))
-    return q_t, _mn_major_copy(s_ref)
+    return _q_t_holding(q_ref), _mn_major_copy(s_ref)
 
 
 @torch.library.register_kernel(f"{_LIB}::{_PADDED}", "cpu")
@@ -112,9 +112,7 @@ def _padded_cpu(x, sizes, pad=32, ue8m0=False):
     torch.ops.wgrad._check_quantize_fp8_1x128_segments_padded(x, sizes, pad)
     q_ref, s_ref, padded = reference.quantize_fp8_1x128_colwise_segments_padded_reference(x, sizes.tolist(), pad,
                                                                                           ue8m0)
-    q_t = _zero_padded_q_t(q_ref.shape[1], x.shape[1])
-    q_t.view(torch.uint8).copy_(q_ref.view(torch.uint8))
-    return q_t, _mn_major_copy(s_ref), torch.tensor(padded, dtype=torch.int32)
+    return _q_t_holding(q_ref), _mn_major_copy(s_ref), torch.tensor(padded, dtype=torch.int32)
 
 
 # ------------------------------------------------------------------ fake kernels --------------------
@@ -211,6 +209,13 @@ def _as_2d(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1]).contiguous()
 
 
+def _sizes_tensor(sizes: Union[torch.Tensor, Sequence[int]], device) -> torch.Tensor:
+    """Segment sizes as the ops take them: int32, contiguous; a Python list is copied to `device`."""
+    if not isinstance(sizes, torch.Tensor):
+        return torch.tensor([int(s) for s in sizes], dtype=torch.int32, device=device)
+    return sizes.to(torch.int32).contiguous()
+
+
 def quantize_fp8_1x128_rowwise(x: torch.Tensor, ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """`x` [..., C] -> `q` [R, C] float8_e4m3fn and `scales` [R, ceil(C/128)] float32 (MN-major), one
     scale per 128 consecutive elements of a row. `ue8m0`: power-of-two scales, rounded up."""
@@ -239,11 +244,7 @@ def quantize_fp8_1x128_colwise_segments(x: torch.Tensor, sizes: Union[torch.Tens
     synchronisation; capturable in a CUDA graph). Other integer tensors are converted on their device;
     a Python list is copied to x's device. Invalid sizes on the GPU give NaN scales (see the module doc)."""
     x2 = _as_2d(x)
-    if not isinstance(sizes, torch.Tensor):
-        sizes = torch.tensor([int(s) for s in sizes], dtype=torch.int32, device=x2.device)
-    elif sizes.dtype != torch.int32:
-        sizes = sizes.to(torch.int32)
-    return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments(x2, sizes.contiguous(), ue8m0)
+    return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments(x2, _sizes_tensor(sizes, x2.device), ue8m0)
 
 
 def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[torch.Tensor, Sequence[int]],
@@ -259,11 +260,8 @@ def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[tor
     need not be multiples of 16. pad >= 32 keeps every block on whole 32-byte sectors of `q_t` (the fast
     store path; README, "Quantization"). `sizes` as in `quantize_fp8_1x128_colwise_segments`."""
     x2 = _as_2d(x)
-    if not isinstance(sizes, torch.Tensor):
-        sizes = torch.tensor([int(s) for s in sizes], dtype=torch.int32, device=x2.device)
-    elif sizes.dtype != torch.int32:
-        sizes = sizes.to(torch.int32)
-    return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments_padded(x2, sizes.contiguous(), int(pad), ue8m0)
+    return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments_padded(x2, _sizes_tensor(sizes, x2.device), int(pad),
+                                                                      ue8m0)
 
 
 def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:

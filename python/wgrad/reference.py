@@ -9,7 +9,7 @@ from typing import List, Sequence
 
 import torch
 
-from .scales import SCALE_BLOCK_K, num_k_blocks
+from .scales import SCALE_BLOCK_K, align_up, num_k_blocks
 
 
 # ------------------------------------------------------------------ GEMMs ---------------------------
@@ -191,7 +191,7 @@ def quantize_fp8_1x128_colwise_segments_padded_reference(x: torch.Tensor, sizes:
     rows, cols = x.shape
     k = padded_segment_columns(rows, len(sizes), pad)
     q_u, s_u = quantize_fp8_1x128_colwise_segments_reference(x, sizes, ue8m0)
-    padded = [(s + pad - 1) // pad * pad for s in sizes[:-1]]
+    padded = [align_up(s, pad) for s in sizes[:-1]]
     padded.append(k - sum(padded))
     q_t = torch.zeros((cols, k), dtype=torch.uint8)
     src = dst = 0
