@@ -519,14 +519,30 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       // cc < 8 of the half-warp computes row cc's scale and reciprocal once, and every lane fetches the
       // 8 pairs by shuffle (instead of 16 lanes each dividing 8 times).
       uint32_t row_bits = 0;
+      if constexpr (sizeof(T) == 2) {
+        // Two rows per word (row 2 p in the low half): the fold of both halfwords and the shuffles
+        // serve two rows at once.
 #pragma unroll
-      for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
-        uint32_t bits = fold_abs_bits<T>(abs_bits_max(raw[i], 0u));
+        for (int pr = 0; pr < Cfg::kRowsPerThread / 2; ++pr) {
+          const uint32_t a = abs_bits_max(raw[2 * pr], 0u);
+          const uint32_t b = abs_bits_max(raw[2 * pr + 1], 0u);
+          uint32_t bits = __vmaxu2(__byte_perm(a, b, 0x5410), __byte_perm(a, b, 0x7632));
 #pragma unroll
-        for (int offset = Cfg::kColGroups / 2; offset > 0; offset >>= 1) {
-          bits = max(bits, __shfl_xor_sync(0xFFFFFFFFu, bits, offset));
+          for (int offset = Cfg::kColGroups / 2; offset > 0; offset >>= 1) {
+            bits = __vmaxu2(bits, __shfl_xor_sync(0xFFFFFFFFu, bits, offset));
+          }
+          row_bits = cc == 2 * pr ? (bits & 0xFFFFu) : (cc == 2 * pr + 1 ? bits >> 16 : row_bits);
         }
-        row_bits = cc == i ? bits : row_bits;
+      } else {
+#pragma unroll
+        for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
+          uint32_t bits = fold_abs_bits<T>(abs_bits_max(raw[i], 0u));
+#pragma unroll
+          for (int offset = Cfg::kColGroups / 2; offset > 0; offset >>= 1) {
+            bits = max(bits, __shfl_xor_sync(0xFFFFFFFFu, bits, offset));
+          }
+          row_bits = cc == i ? bits : row_bits;
+        }
       }
       const float my_scale = block_scale(amax_from_bits<T>(row_bits), p.ue8m0);
       const float my_inv_scale = scale_reciprocal(my_scale);
@@ -534,9 +550,13 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       const int half_warp = lane & ~(Cfg::kColGroups - 1);
       // Rows past R (zero-filled) are quantized too and only their stores are skipped: no branch
       // around the arithmetic.
+      // The q row pointer steps by C (one add per row, predicated stores): per-row 64-bit index
+      // arithmetic under nested branches cost ~30 instructions a row (ncu, H200 session 7). Lane cc < 8
+      // stores the scale of row cc, which it computed.
       const int64_t row0 = t.row_start + rg * Cfg::kRowsPerThread;
-      uint8_t* q_row = p.q + row0 * p.cols + col;
-      float* scale_row = p.scales + t.col_tile * p.scales_ld + row0;
+      uint8_t* q_ptr = p.q + row0 * p.cols + col;
+      const int64_t q_step = p.cols;
+      if (cc < Cfg::kRowsPerThread && cc < valid_rows) p.scales[t.col_tile * p.scales_ld + row0 + cc] = my_scale;
       const bool col_ok = col < p.cols;
 #pragma unroll
       for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
@@ -545,10 +565,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         float v[kColsPerThread];
         unpack8(raw[i], v);
         const uint2 packed = quantize_eight(v, scale, inv_scale);
-        if (i < valid_rows) {
-          if (cc == 0) scale_row[i] = scale;
-          if (col_ok) *reinterpret_cast<uint2*>(q_row + i * p.cols) = packed;
-        }
+        if (col_ok && i < valid_rows) *reinterpret_cast<uint2*>(q_ptr) = packed;
+        q_ptr += q_step;
       }
     }
 
@@ -556,12 +574,28 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     // shared memory
     {
       uint32_t amax[kColsPerThread];
+      if constexpr (!kRow && sizeof(T) == 2) {
+        // Two columns per word: packed 16-bit maxima over the 8 rows and the warp's other row group
+        // (4 shuffles instead of 8), unpacked only at the end. (Not in Both: at its 80-register cap
+        // ptxas then spills 24-28 bytes.)
+        uint32_t m[kColsPerThread / 2];
 #pragma unroll
-      for (int j = 0; j < kColsPerThread; ++j) {
-        amax[j] = element_abs_bits(raw[0], j);
+        for (int k = 0; k < kColsPerThread / 2; ++k) {
+          m[k] = 0u;
 #pragma unroll
-        for (int i = 1; i < Cfg::kRowsPerThread; ++i) amax[j] = max(amax[j], element_abs_bits(raw[i], j));
-        amax[j] = max(amax[j], __shfl_xor_sync(0xFFFFFFFFu, amax[j], Cfg::kColGroups));
+          for (int i = 0; i < Cfg::kRowsPerThread; ++i) m[k] = __vmaxu2(m[k], raw_word(raw[i], k) & 0x7FFF7FFFu);
+          m[k] = __vmaxu2(m[k], __shfl_xor_sync(0xFFFFFFFFu, m[k], Cfg::kColGroups));
+          amax[2 * k] = m[k] & 0xFFFFu;
+          amax[2 * k + 1] = m[k] >> 16;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kColsPerThread; ++j) {
+          amax[j] = element_abs_bits(raw[0], j);
+#pragma unroll
+          for (int i = 1; i < Cfg::kRowsPerThread; ++i) amax[j] = max(amax[j], element_abs_bits(raw[i], j));
+          amax[j] = max(amax[j], __shfl_xor_sync(0xFFFFFFFFu, amax[j], Cfg::kColGroups));
+        }
       }
       if (lane < Cfg::kColGroups) {
         uint4* dst = reinterpret_cast<uint4*>(&gs.col_amax[warp][cc * kColsPerThread]);

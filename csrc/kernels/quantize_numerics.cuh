@@ -1,5 +1,5 @@
-// \brief Torch-free numerics of the FP8 1x128 quantization kernels: block scales, the division by a
-// scale, e4m3 packing, and the element loads they share.
+// \brief Torch-free numerics of the FP8 1x128 quantization kernels: block scales, the multiplication by
+// a scale's reciprocal, e4m3 packing, and the element loads they share.
 //
 // Numerics (python/wgrad/reference.py is the definition; every kernel matches it bit for bit):
 //   a      = |x| in fp32, with NaN and +-Inf mapped to +Inf
@@ -7,7 +7,8 @@
 //   block with amax == +Inf (any NaN or Inf in it): scale = NaN (0x7FC00000), every q = NaN (0x7F)
 //   else   scale = max(amax, 1e-4f) / 448            (IEEE fp32 division)
 //          ue8m0: scale = 2^ceil(log2(scale))        (exact, from the fp32 bits)
-//          q = e4m3_rne(clamp(x / scale, -448, 448)) (IEEE fp32 division)
+//          r = 1 / scale                             (IEEE fp32 division, once per block)
+//          q = e4m3_rne(clamp(x * r, -448, 448))      (fp32 product; ue8m0: exactly x / scale)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -47,47 +48,24 @@ __device__ __forceinline__ float block_scale(float amax, bool ue8m0) {
   return __uint_as_float(bits);
 }
 
-// ------------------------------------------------------------------ x / scale -------------------------
-// The kernels divide every element by its block's scale s. IEEE division (__fdiv_rn) is a ~8-instruction
-// sequence per element plus a range check and a branch to a slow path; instead, once per block,
-//     r = RN(1/s)                                     (exactly: see scale_reciprocal below)
-// and per element three FMA-pipe instructions:
-//     q0 = RN(x r);   e = RN(q0 s - x) (one fma);   q = RN(q0 - e r) (one fma).
-// Claim: e4m3_satfinite(q) == e4m3_rne(clamp(RN(x / s), -448, 448)) for every finite x and every scale
-// the kernels produce (s a positive normal in [2^-23, 2^120), |x| <= 448 s (1 + 2^-23): x is in the block
-// whose amax defined s), in both the plain and the ue8m0 mode. Why:
-//   (0) Clamp: cvt.rn.satfinite maps every finite value beyond +-448 to +-448, exactly what the clamp
-//       does before rounding, and the clamp is the identity elsewhere; so the clamp is dropped.
-//   (1) Normal range, |x / s| >= 2^-12. Then x (>= 2^-35), r, q0 and any non-zero residual q0 s - x
-//       (a multiple of 2^(e(q0) + e(s) - 46) >= 2^-82) are normal and below overflow, so each step rounds
-//       with relative error <= u = 2^-24. Write z = x / s. r = (1/s)(1 + d1), |d1| < u, hence
-//       |q0 - z| < 2 ulp(z); and the fma argument is exactly
-//           q0 - e r = z + (q0 - z)(1 - s r) - d2 (q0 s - x) r,        |d2| <= u,
-//       so it lies within 4u ulp(z) = 2^-22 ulp(z) of z: q = RN(z) unless z is that close to a
-//       midpoint of two fp32 neighbours, and then q is the other neighbour. The e4m3 codes of RN(z) and q
-//       differ only if one of those two neighbours is itself an e4m3 rounding boundary M (a value with at
-//       most 5 significant bits: (2k+1)/16 * 2^E, or (2k+1) * 2^-10 below 2^-6). Everything above scales
-//       exactly with powers of two in the normal range, so checking every fp32 significand of s against
-//       every such M (and the x whose quotient lies within a few ulps of M) covers all cases:
-//       scripts/check_quant_division.c does that exhaustively (2^23 significands of s x 16 boundaries x
-//       13 x around M s x 2 signs) and finds no e4m3 difference. (Such near-ties do exist: with r one ulp
-//       off RN(1/s) the same check finds differences. So r must be exactly RN(1/s).)
-//   (2) Tiny quotients, |x / s| < 2^-12: RN(z) rounds to a signed e4m3 zero. |q| < 2^-11 by the same
-//       bounds (plus at most 2^-150 r <= 2^-127 from a subnormal residual), so q does too; what remains is
-//       its sign. Writing e = RN(q0 s - x) and q = RN(q0 - e r) (rather than e = x - q0 s, q = q0 + e r)
-//       keeps it: for x = +-0, q0 = +-0, q0 s - x is an exact zero (+0), and q0 - (+0) r = q0 keeps the
-//       sign of x; for x > 0, q0 - e r > 0 exactly (|e r| < q0 when q0 > 0, and e = -x when q0 = +0),
-//       so RN never yields -0 or a negative; x < 0 is the mirror image.
-//   ue8m0 scales are powers of two: r is exact, q0 = RN(z) already and the correction keeps it.
-// tests/test_quant.py (test_gpu_division_edge_cases) feeds the GPU e4m3 ties, values next to ties, tiny
-// and subnormal values, signed zeros and values next to 448 s.
-// r must be RN(1/s) exactly: with a neighbour of it the check of (1) does find e4m3 differences. __frcp_rn
-// would give it, plus a slow-path call for subnormal and huge inputs (that scales never are): a stack
-// frame and spills in every kernel. Instead, in fp64 (full rate on SM90), two Newton steps from
-// rcp.approx (relative error <= 2^-22): e0 = 1 - s y0 is exact (a 24 x 24-bit product), y1 is within
-// 2^-44 + 2^-53 of 1/s, and y2 within 2^-52; then rounding y2 to fp32 gives RN(1/s), because 1/s is at
-// least 2^-49 (relative) away from every fp32 midpoint m: 1 - s m is a non-zero multiple of 2^-48 for s in
-// [1, 2) (s m = S (2k + 1) 2^-48 with S the 24-bit significand of s, and 2^48 = S (2k + 1) is impossible).
+// ------------------------------------------------------------------ x * (1 / scale) -----------------
+// Every element is multiplied by its block's r = RN(1 / s) (IEEE fp32 division, once per block) and the
+// product, rounded to fp32, is converted to e4m3 with round-to-nearest-even and saturation: one FMUL per
+// element. This is the rule of DeepGEMM's per_token_cast_to_fp8 (`x * (1.0 / sf)`, sf = amax / 448, in
+// both its plain and its ue8m0 mode), so our casts match it bit for bit. With ue8m0 scales (powers of two)
+// r is exact and x r == x / s exactly.
+// (Until session 7 the rule was the IEEE quotient x / s, emulated with a three-instruction fma sequence
+// per element; the two extra FFMAs per element were 25-30 % of the column kernel's instructions, whose
+// time follows its instruction count: docs/perf-notes.md, "Session 7".)
+// Clamp: cvt.rn.satfinite maps every finite value beyond +-448 to +-448, exactly what the reference's
+// clamp does before rounding, and the clamp is the identity elsewhere.
+// r must be RN(1/s) exactly (torch's `1.0 / scale`). __frcp_rn would give it, plus a slow-path call for
+// subnormal and huge inputs (that scales never are): a stack frame and spills in every kernel. Instead, in
+// fp64 (full rate on SM90), two Newton steps from rcp.approx (relative error <= 2^-22): e0 = 1 - s y0 is
+// exact (a 24 x 24-bit product), y1 is within 2^-44 + 2^-53 of 1/s, and y2 within 2^-52; then rounding y2
+// to fp32 gives RN(1/s), because 1/s is at least 2^-49 (relative) away from every fp32 midpoint m:
+// 1 - s m is a non-zero multiple of 2^-48 for s in [1, 2) (s m = S (2k + 1) 2^-48 with S the 24-bit
+// significand of s, and 2^48 = S (2k + 1) is impossible).
 // Once per block; NaN scales give NaN (never used: quantize_quad then writes NaN codes).
 __device__ __forceinline__ float scale_reciprocal(float scale) {
   float approx;
@@ -99,21 +77,15 @@ __device__ __forceinline__ float scale_reciprocal(float scale) {
   return __double2float_rn(y);
 }
 
-__device__ __forceinline__ float divide_by_scale(float x, float scale, float inv_scale) {
-  const float q0 = __fmul_rn(x, inv_scale);
-  const float e = __fmaf_rn(q0, scale, -x);
-  return __fmaf_rn(-e, inv_scale, q0);
-}
-
 // Quantizes v0..v3 with one block's scale into four e4m3 bytes (v0 in the low byte). A NaN scale (the
 // block holds NaN or Inf) gives four NaN codes.
 __device__ __forceinline__ uint32_t quantize_quad(float v0, float v1, float v2, float v3, float scale,
                                                   float inv_scale) {
-  const float t0 = divide_by_scale(v0, scale, inv_scale);
-  const float t1 = divide_by_scale(v1, scale, inv_scale);
-  const float t2 = divide_by_scale(v2, scale, inv_scale);
-  const float t3 = divide_by_scale(v3, scale, inv_scale);
-  // satfinite: see (0) above.
+  const float t0 = __fmul_rn(v0, inv_scale);
+  const float t1 = __fmul_rn(v1, inv_scale);
+  const float t2 = __fmul_rn(v2, inv_scale);
+  const float t3 = __fmul_rn(v3, inv_scale);
+  // satfinite: the clamp (see above).
   const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(t0, t1), __NV_SATFINITE, __NV_E4M3);
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(t2, t3), __NV_SATFINITE, __NV_E4M3);
   return isnan(scale) ? kQNanWord : (lo | (hi << 16));
@@ -236,6 +208,13 @@ template <typename T>
 __device__ __forceinline__ void load8_shared_raw(const T* p, RawVec<T>& r) {
 #pragma unroll
   for (int k = 0; k < RawVec<T>::kLoads; ++k) r.raw[k] = reinterpret_cast<const uint4*>(p)[k];
+}
+
+// Word k of the raw form (16-bit types: elements 2 k and 2 k + 1, the first in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t raw_word(const RawVec<T>& r, int k) {
+  const uint4& q = r.raw[k / 4 % RawVec<T>::kLoads];
+  return (k % 4) < 2 ? ((k % 4) == 0 ? q.x : q.y) : ((k % 4) == 2 ? q.z : q.w);
 }
 
 // Per-element |bits| of column j of 8 (the running max of abs_bits_max without the fold).

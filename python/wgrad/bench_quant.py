@@ -77,7 +77,7 @@ def _torch_rowwise(x: torch.Tensor):
     xb = xf.view(rows, kb, 128)
     amax = xb.abs().amax(dim=-1).clamp(min=1e-4)
     s = amax / amax.new_full((), 448.0)  # a device tensor: IEEE division, like the kernels
-    q = (xb / s.unsqueeze(-1)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(rows, kb * 128)[:, :cols]
+    q = (xb * (1.0 / s).unsqueeze(-1)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(rows, kb * 128)[:, :cols]
     scales = empty_mn_major_scales(rows, kb, device=x.device)
     scales.copy_(s)
     return q.contiguous(), scales

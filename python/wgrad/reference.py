@@ -89,7 +89,7 @@ Q_NAN_BITS = 0x7F  # float8_e4m3fn NaN: every q of such a block
 
 def _f32_full_like(t: torch.Tensor, value: float) -> torch.Tensor:
     # A tensor operand rather than a Python scalar, so that no backend can turn "/ 448" into
-    # "* (1 / 448)": the rule is IEEE float32 division.
+    # "* (1 / 448)": the rules are IEEE float32 divisions.
     return torch.full_like(t, value, dtype=torch.float32)
 
 
@@ -120,9 +120,11 @@ def quantize_fp8_1x128_rowwise_reference(x: torch.Tensor, ue8m0: bool = False):
     1. `a = |float32(x)|`, with NaN and +-Inf mapped to +Inf; `amax = max(a)` over the block (the
        last block of a row may be partial: missing elements do not count);
     2. `scale` from `amax` by `fp8_1x128_block_scales` (floor 1e-4, / 448, optional UE8M0 rounding up);
-    3. `q = e4m3_rne(clamp(float32(x) / scale, -448, 448))`, IEEE float32 division, round to nearest
-       even (torch's float32 -> float8_e4m3fn conversion; with UE8M0 scales the division is exact up to
-       that rounding, and x / scale never exceeds 448);
+    3. `r = 1 / scale` (IEEE float32 division, once per block) and
+       `q = e4m3_rne(clamp(float32(x) * r, -448, 448))`: the float32 product, rounded to nearest even by
+       torch's float32 -> float8_e4m3fn conversion. This is DeepGEMM's `per_token_cast_to_fp8` rule
+       (`x * (1.0 / sf)`, sf = amax / 448), bit for bit; with UE8M0 scales r is exact, so q is the
+       exact quotient x / scale rounded (and never beyond 448);
     4. a block holding any NaN or Inf has `scale = NaN` and every `q = NaN` (0x7F), so that any GEMM
        consuming it yields NaN rather than a silently wrong number. An all-zero block has `q = 0` and the
        finite scale `1e-4 / 448` (UE8M0: 2^-22).
@@ -137,7 +139,8 @@ def quantize_fp8_1x128_rowwise_reference(x: torch.Tensor, ue8m0: bool = False):
     a = torch.where(a <= torch.finfo(torch.float32).max, a, torch.full_like(a, float("inf")))
     amax = a.amax(dim=2) if kb > 0 else torch.zeros((rows, 0), dtype=torch.float32)
     scales = fp8_1x128_block_scales(amax, ue8m0)
-    t = blocks / scales.unsqueeze(2)
+    r = _f32_full_like(scales, 1.0) / scales
+    t = blocks * r.unsqueeze(2)
     t = torch.clamp(t, -FP8_E4M3_MAX, FP8_E4M3_MAX)
     q = t.to(torch.float8_e4m3fn).view(torch.uint8)
     q = torch.where(torch.isnan(scales).unsqueeze(2), torch.full_like(q, Q_NAN_BITS), q)
