@@ -336,8 +336,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_bo
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(const at::Tensor& x,
                                                                             const at::Tensor& sizes, bool ue8m0) {
   constexpr const char* op = "quantize_fp8_1x128_colwise_segments";
-  check_x(op, x);
-  check_sizes(op, x, sizes);
+  check_quantize_fp8_1x128_segments(x, sizes);
   check_sm90(op, x);
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t rows = x.size(0), cols = x.size(1), groups = sizes.size(0);
@@ -367,9 +366,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(cons
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_padded_cuda(
     const at::Tensor& x, const at::Tensor& sizes, int64_t pad, bool ue8m0) {
   constexpr const char* op = "quantize_fp8_1x128_colwise_segments_padded";
-  check_x(op, x);
-  check_sizes(op, x, sizes);
-  check_pad(op, pad);
+  check_quantize_fp8_1x128_segments_padded(x, sizes, pad);
   check_sm90(op, x);
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t rows = x.size(0), cols = x.size(1), groups = sizes.size(0);

@@ -610,14 +610,6 @@ def test_gpu_rowwise_grid_knob(ctas_per_sm, monkeypatch):
 
 
 @sm90
-def test_gpu_rowwise_grid_knob_rejects_bad_values(monkeypatch):
-    monkeypatch.setenv("WGRAD_ROWWISE_CTAS_PER_SM", "-3")
-    x = torch.randn(8, 128, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="WGRAD_ROWWISE_CTAS_PER_SM must be in \\[0, 1024\\], got '-3'"):
-        OPS.quantize_fp8_1x128_rowwise(x, False)
-
-
-@sm90
 @pytest.mark.parametrize("order", ["1", "ranges", "2", "3", "64"])
 def test_gpu_segments_tile_order_knob(order, monkeypatch):
     # WGRAD_SEGMENT_ORDER forces the segments kernel's tile order: "ranges" (one contiguous range of
@@ -632,17 +624,6 @@ def test_gpu_segments_tile_order_knob(order, monkeypatch):
 
 
 @sm90
-@pytest.mark.parametrize("value", ["yes", "0", "65", "2x", ""])
-def test_gpu_segments_tile_order_knob_rejects_bad_values(value, monkeypatch):
-    monkeypatch.setenv("WGRAD_SEGMENT_ORDER", value)
-    x = torch.randn(300, 128, device="cuda", dtype=torch.bfloat16)
-    sizes = torch.tensor([100, 200], dtype=torch.int32, device="cuda")
-    message = f"WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in \\[1, 64\\], got '{value}'"
-    with pytest.raises(RuntimeError, match=message):
-        OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
-
-
-@sm90
 @pytest.mark.parametrize("grid", ["even", "1", "7"])
 def test_gpu_colwise_grid_knob(grid, monkeypatch):
     # WGRAD_COLWISE_GRID changes only how many CTAs share the tiles (a CTA then loops over more of them),
@@ -654,12 +635,26 @@ def test_gpu_colwise_grid_knob(grid, monkeypatch):
     _check_gpu_op("segments", x, False, torch.tensor([1000, 37, 0, 1958, 5], dtype=torch.int32))
 
 
+_ORDER_MESSAGE = "WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in \\[1, 64\\], got '{}'"
+
+
 @sm90
-def test_gpu_colwise_grid_knob_rejects_bad_values(monkeypatch):
-    monkeypatch.setenv("WGRAD_COLWISE_GRID", "0")
+@pytest.mark.parametrize("var, value, kind, message", [
+    ("WGRAD_ROWWISE_CTAS_PER_SM", "-3", "rowwise", "WGRAD_ROWWISE_CTAS_PER_SM must be in \\[0, 1024\\], got '-3'"),
+    *[("WGRAD_SEGMENT_ORDER", v, "segments", _ORDER_MESSAGE.format(v)) for v in ["yes", "0", "65", "2x", ""]],
+    ("WGRAD_COLWISE_GRID", "0", "colwise", "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '0'"),
+])
+def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypatch):
+    monkeypatch.setenv(var, value)
     x = torch.randn(300, 128, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '0'"):
-        OPS.quantize_fp8_1x128_colwise(x, False)
+    sizes = torch.tensor([100, 200], dtype=torch.int32, device="cuda")
+    calls = {
+        "rowwise": lambda: OPS.quantize_fp8_1x128_rowwise(x, False),
+        "colwise": lambda: OPS.quantize_fp8_1x128_colwise(x, False),
+        "segments": lambda: OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False),
+    }
+    with pytest.raises(RuntimeError, match=message):
+        calls[kind]()
 
 
 @sm90

@@ -225,13 +225,18 @@ struct TileCursor {
   }
 };
 
+// The launch-wide index of this CTA's consumer group `group` (a "worker"; order.workers of them).
+template <int kGroups>
+__device__ __forceinline__ int32_t worker_index(int group) {
+  return static_cast<int32_t>(blockIdx.x) * kGroups + group;
+}
+
 // Group `group`'s cursor at its first tile. Strips: unit u goes to CTA u % gridDim.x, group
 // (u / gridDim.x) % groups. Ranges: CTA b's groups take neighbouring ranges.
 template <int kGroups>
 __device__ __forceinline__ TileCursor first_tile(const TileOrder& o, int group) {
   TileCursor c;
-  c.unit = o.strip == 0 ? static_cast<int32_t>(blockIdx.x) * kGroups + group
-                        : static_cast<int32_t>(blockIdx.x + group * gridDim.x);
+  c.unit = o.strip == 0 ? worker_index<kGroups>(group) : static_cast<int32_t>(blockIdx.x + group * gridDim.x);
   c.tile = c.end = 0;
   c.enter_units(o);
   return c;
@@ -295,10 +300,11 @@ __device__ __forceinline__ uint4 qt_chunk(const Storage& smem, int col, int m) {
 // Staged bytes [16 k - shift, 16 k - shift + 16) of column col (shift in [1, 15]): the last `shift`
 // bytes of chunk k - 1 followed by the first 16 - shift bytes of chunk k. shift is uniform across the
 // CTA, so the word selection below is uniform branches, never dynamic register indexing.
-template <class Storage>
+// kInner: k in [1, 8) (both chunks staged), no bounds checks.
+template <bool kInner = false, class Storage>
 __device__ __forceinline__ uint4 qt_shifted_chunk(const Storage& smem, int col, int k, int shift) {
-  const uint4 a = qt_chunk(smem, col, k - 1);
-  const uint4 b = qt_chunk(smem, col, k);
+  const uint4 a = kInner ? qt_chunk_unchecked(smem, col, k - 1) : qt_chunk(smem, col, k - 1);
+  const uint4 b = kInner ? qt_chunk_unchecked(smem, col, k) : qt_chunk(smem, col, k);
   uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
   const int start = 16 - shift;  // first byte, in [1, 15]
   if (start & 8) {
@@ -479,8 +485,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     // The unused scale columns [blocks_per_col, num_row_blocks) of every column tile (all of them when
     // the sizes are invalid), dealt out to the workers in turn.
     const int64_t unused = params.num_row_blocks - order.blocks_per_col;
-    for (int64_t v = static_cast<int64_t>(blockIdx.x) * Cfg::kGroups + group; v < unused * params.num_col_tiles;
-         v += order.workers) {
+    for (int64_t v = worker_index<Cfg::kGroups>(group); v < unused * params.num_col_tiles; v += order.workers) {
       const int64_t col_tile = v / unused;
       const int64_t row_block = order.blocks_per_col + (v - col_tile * unused);
       if (tid_g < Cfg::kTileCols) {
@@ -689,6 +694,26 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           *reinterpret_cast<uint4*>(dst + i * dst_step) = qt_chunk_unchecked(gs, col0 + i * kColStep, k);
         }
         head_carry = false;
+      } else if (whole_block && shift != 0 && !head_carry && !next_continues) {
+        // 128 rows starting `shift` bytes into a 16-byte chunk, no sector taken over or handed on (e.g.
+        // unaligned segments in row-major order): lane k < 7 of a column stores the whole chunk k + 1 of
+        // q_t's rows [first_row, first_row + 144), lane 7 the two chunks the neighbouring blocks share, byte
+        // for byte: chunk 8 (this block's last `shift` bytes) and chunk 0 (its first 16 - shift). Same
+        // bytes as the general path below, without its per-sector task loop (~65 instructions per 16-byte
+        // store there; ncu, H200 session 7).
+        uint8_t* dst = p.q_t + (tile_col + col0) * p.q_t_ld + first_row;
+#pragma unroll
+        for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
+          const int col = col0 + i * kColStep;
+          uint8_t* d = dst + i * dst_step;
+          if (k < Cfg::kTileRows / 16 - 1) {
+            *reinterpret_cast<uint4*>(d + 16 * (k + 1)) = qt_shifted_chunk<true>(gs, col, k + 1, shift);
+          } else {
+            store_chunk_bytes(d + Cfg::kTileRows, staged(col, Cfg::kTileRows / 16), 0, shift);
+            store_chunk_bytes(d, staged(col, 0), shift, 16);
+          }
+        }
+        head_carry = false;
       } else if (whole_block && run_mid_sector) {
         // The same, 16 bytes into a sector (e.g. segment sizes that are multiples of 16, what the k-grouped
         // GEMM takes): lane k of a column stores chunk k - 1, lane 0 the carried chunk before the block,
@@ -785,7 +810,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     if (p.seg_pad > 0 && order.blocks_per_col > 0) {
       const RowBlock last = table[order.blocks_per_col - 1];
       const int64_t t0 = align_up(static_cast<int64_t>(last.out_start) + last.row_count, p.seg_pad);
-      const int64_t worker = static_cast<int64_t>(blockIdx.x) * Cfg::kGroups + group;
+      const int64_t worker = worker_index<Cfg::kGroups>(group);
       q_t_zero_tail(p, 0, p.cols, t0, worker * Cfg::kConsumerThreads + tid_g,
                     static_cast<int64_t>(order.workers) * Cfg::kConsumerThreads);
     }

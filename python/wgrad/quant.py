@@ -266,9 +266,9 @@ def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[tor
 
 def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """DeepGEMM's familiar name for the row-wise cast: `x` [m, n] -> (`q` [m, n] float8_e4m3fn,
-    `scales` [m, ceil(n/128)] float32). Unlike DeepGEMM's PyTorch helper, `n` need not be a multiple of
-    128, the scales come in the TMA-aligned MN-major layout, and the numerics are this package's
-    (`q = x / scale` with `scale = amax / 448`, see `wgrad.reference`)."""
+    `scales` [m, ceil(n/128)] float32). Same bytes and scale values as DeepGEMM's PyTorch helper
+    (`q = x * (1 / scale)` with `scale = max(amax, 1e-4) / 448`, see `wgrad.reference`); unlike it, `n`
+    need not be a multiple of 128 and the scales come in the TMA-aligned MN-major layout."""
     return quantize_fp8_1x128_rowwise(x, use_ue8m0)
 
 
