@@ -108,6 +108,13 @@ int64_t rowwise_ctas_per_sm() {
   return n == 0 ? std::numeric_limits<int32_t>::max() : n;
 }
 
+// A tuning knob's value as a whole decimal integer: false for "", "2x", "yes".
+bool parse_knob_int(const char* v, long* n) {
+  char* end = nullptr;
+  *n = std::strtol(v, &end, 10);
+  return *v != '\0' && *end == '\0';
+}
+
 // The tile order of the segments kernel (TileOrder in quantize_colwise_sm90.cuh): -1 lets the kernel
 // choose (choose_segment_order), 0 one contiguous range of blocks per consumer group, S >= 1 strips of S
 // consecutive blocks dealt round-robin (1: row-major). Tuning knob WGRAD_SEGMENT_ORDER = auto (or unset) |
@@ -116,9 +123,8 @@ int segment_order_knob() {
   const char* v = std::getenv("WGRAD_SEGMENT_ORDER");
   if (v == nullptr || std::strcmp(v, "auto") == 0) return -1;
   if (std::strcmp(v, "ranges") == 0) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  TORCH_CHECK(*v != '\0' && *end == '\0' && n >= 1 && n <= 64,
+  long n = 0;
+  TORCH_CHECK(parse_knob_int(v, &n) && n >= 1 && n <= 64,
               "WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in [1, 64], got '", v, "'");
   return static_cast<int>(n);
 }
@@ -135,9 +141,8 @@ int64_t colwise_grid(int64_t tiles, int groups, int num_sms) {
     const int64_t rounds = ceil_div(tiles, full * groups);  // most tiles of a group
     return ceil_div(tiles, rounds * groups);
   }
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  TORCH_CHECK(*v != '\0' && *end == '\0' && n >= 1, "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '",
+  long n = 0;
+  TORCH_CHECK(parse_knob_int(v, &n) && n >= 1, "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '",
               v, "'");
   return std::min<int64_t>(full, n);
 }
@@ -400,6 +405,5 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segmen
   launch<QuantMode::ColwiseSegments>(op, x, p, row_blocks, segments);
   return {q_t, scales_t, padded};
 }
-
 
 }  // namespace wgrad

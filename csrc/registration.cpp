@@ -79,10 +79,10 @@ TORCH_LIBRARY(wgrad, m) {
   m.def(
       "quantize_fp8_1x128_colwise_segments(Tensor x, Tensor sizes, bool ue8m0=False) -> "
       "(Tensor q_t, Tensor scales_t)");
-  m.def("_check_quantize_fp8_1x128(Tensor x) -> ()");
   m.def(
       "quantize_fp8_1x128_colwise_segments_padded(Tensor x, Tensor sizes, int pad=32, bool ue8m0=False) -> "
       "(Tensor q_t, Tensor scales_t, Tensor padded_sizes)");
+  m.def("_check_quantize_fp8_1x128(Tensor x) -> ()");
   m.def("_check_quantize_fp8_1x128_segments(Tensor x, Tensor sizes) -> ()");
   m.def("_check_quantize_fp8_1x128_segments_padded(Tensor x, Tensor sizes, int pad) -> ()");
 }

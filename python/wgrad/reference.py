@@ -205,4 +205,3 @@ def quantize_fp8_1x128_colwise_segments_padded_reference(x: torch.Tensor, sizes:
     scales_t = torch.zeros((cols, max(0, num_k_blocks(k) + len(sizes) - 1)), dtype=torch.float32)
     scales_t[:, : s_u.shape[1]] = s_u
     return q_t.view(torch.float8_e4m3fn), scales_t, padded
-
