@@ -177,8 +177,6 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, 
     int64_t sum = 0;
     for (int64_t g = 0; g < groups; ++g) {
       TORCH_CHECK(sizes[g] >= 0, op, ": ks[", g, "] must be >= 0, got ", sizes[g]);
-      TORCH_CHECK(sizes[g] % 16 == 0, op, ": ks[", g, "] must be a multiple of 16 (TMA needs 16-byte aligned group offsets), got ",
-                  sizes[g]);
       sum += sizes[g];
     }
     TORCH_CHECK(sum == k_total, op, ": sum(ks) must equal K_total = ", k_total, ", got ", sum);

@@ -27,6 +27,10 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(const at::Tensor& a, c
   check_desc(op, "b", make_operand_desc(&p.tma_b, b.const_data_ptr(), n, k_total, b.stride(0), block_n));
   set_scale_and_out_descs(op, p, sa, sb, out, block_n);
   p.group_k = ks.const_data_ptr<int>();
+  p.a = static_cast<const uint8_t*>(a.const_data_ptr());
+  p.b = static_cast<const uint8_t*>(b.const_data_ptr());
+  p.lda = a.stride(0);
+  p.ldb = b.stride(0);
   p.k = static_cast<int>(k_total);
   p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)),
                  static_cast<int>(groups)};

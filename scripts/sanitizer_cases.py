@@ -26,19 +26,24 @@ def main():
         big = torch.zeros(m, (n + 3) // 4 * 4 + 8, device=dev)  # 16-byte rows, a strided window
         out = big[:, 4 : 4 + n]
         wgrad.wgrad_gemm_fp8_fp8_fp32_nt((a, scales(m, num_k_blocks(k), dev)), (b, scales(n, num_k_blocks(k), dev)), out)
-    m, n, ks = 130, 150, [16, 0, 112, 1008]  # contiguous-K sizes: multiples of 16
-    kt = sum(ks)
-    a, b = operand(m, kt, dev), operand(n, kt, dev)
-    # contiguous-K operands need 16-element row strides
-    a16 = torch.zeros(m, (kt + 15) // 16 * 16, device=dev).to(torch.float8_e4m3fn)[:, :kt]
-    b16 = torch.zeros(n, (kt + 15) // 16 * 16, device=dev).to(torch.float8_e4m3fn)[:, :kt]
-    a16.copy_(a)
-    b16.copy_(b)
-    cap = k_block_capacity(kt, len(ks))
-    out = torch.zeros(len(ks), m, (n + 3) // 4 * 4, device=dev)[..., :n]  # 16-byte rows
-    wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
-        (a16, scales(m, cap, dev)), (b16, scales(n, cap, dev)), out, torch.tensor(ks, dtype=torch.int32, device=dev))
+    m, n = 130, 150
+    # contiguous-K sizes: multiples of 16 (aligned loads), then any sizes (groups starting inside 16-byte
+    # chunks: shifted loads, the 16 bytes past each window read by the producer warps, the group's end
+    # in the last row's padding)
+    for ks in ([16, 0, 112, 1008], [100, 1, 0, 1007, 37]):
+        kt = sum(ks)
+        a, b = operand(m, kt, dev), operand(n, kt, dev)
+        # contiguous-K operands need 16-element row strides
+        a16 = torch.zeros(m, (kt + 15) // 16 * 16, device=dev).to(torch.float8_e4m3fn)[:, :kt]
+        b16 = torch.zeros(n, (kt + 15) // 16 * 16, device=dev).to(torch.float8_e4m3fn)[:, :kt]
+        a16.copy_(a)
+        b16.copy_(b)
+        cap = k_block_capacity(kt, len(ks))
+        out = torch.zeros(len(ks), m, (n + 3) // 4 * 4, device=dev)[..., :n]  # 16-byte rows
+        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
+            (a16, scales(m, cap, dev)), (b16, scales(n, cap, dev)), out, torch.tensor(ks, dtype=torch.int32, device=dev))
     ks = [16, 0, 112, 1008]
+    out = torch.zeros(len(ks), m, (n + 3) // 4 * 4, device=dev)[..., :n]
     kb = sum(num_k_blocks(k) for k in ks)
     a = torch.randn(m * sum(ks), device=dev).to(torch.float8_e4m3fn)
     b = torch.randn(n * sum(ks), device=dev).to(torch.float8_e4m3fn)

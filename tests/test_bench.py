@@ -579,6 +579,10 @@ def test_run_grouped_on_cpu(monkeypatch):
     sizes = skewed[0]["group_sizes"]
     assert len(sizes) == 8 and sum(sizes) == 1024 and all(k % 16 == 0 for k in sizes)
     assert all(r["status"] == "ok" for r in skewed[:3]) and "vs_dense_loop" in skewed[0]
+    skewed_any = [r for r in rows if r["kind"] == "skewed-any"]
+    assert [r["impl"] for r in skewed_any] == ["ours-contig"] and skewed_any[0]["status"] == "ok"
+    sizes = skewed_any[0]["group_sizes"]
+    assert len(sizes) == 8 and sum(sizes) == 1024 and any(k % 16 != 0 for k in sizes)
 
 
 def _fake_impl(name, run_fn, required=True):

@@ -247,8 +247,6 @@ CONTIG_CASES = [
     Case("out_misaligned", lambda d, g: dict(out=at_offset((3, M, N), torch.float32, 1, d)),
          r"out data pointer must be 16-byte aligned.*storage offset 1"),
     Case("ks_negative", lambda d, g: dict(ks=_ks([96, -4, 68], d)), r"ks\[1\] must be >= 0, got -4", needs_data=True),
-    Case("ks_not_multiple_of_16", lambda d, g: dict(ks=_ks([100, 0, 60], d)),
-         r"ks\[0\] must be a multiple of 16 \(TMA needs 16-byte aligned group offsets\), got 100", needs_data=True),
     Case("ks_sum_below_k_total", lambda d, g: dict(ks=_ks([96, 0, 48], d)),
          r"sum\(ks\) must equal K_total = 160, got 144", needs_data=True),
     Case("ks_sum_above_k_total", lambda d, g: dict(ks=_ks([96, 16, 64], d)),

@@ -74,9 +74,10 @@ def _grouped_out(g, m, n, ks, device="cpu"):
 
 PACKED_KS = [[0], [16], [144, 0, 48], [1008, 16, 112, 0, 128], [0, 0, 0],
              [16 * random.Random(8).randrange(0, 40) for _ in range(8)]]
-# Contiguous-K sizes are multiples of 16 (TMA needs 16-byte aligned group offsets), not of 128.
-CONTIG_KS = [[112], [16, 112, 1008], [0, 0, 48], [144, 0, 16, 256], [0, 0, 0],
-             [16 * random.Random(16).randrange(0, 19) for _ in range(16)]]
+# Contiguous-K sizes are any values >= 0 (groups may start inside a 16-byte chunk).
+CONTIG_KS = [[112], [16, 112, 1008], [0, 0, 48], [144, 0, 16, 256], [0, 0, 0], [100, 1, 37, 0, 1007, 15],
+             [16 * random.Random(16).randrange(0, 19) for _ in range(16)],
+             [random.Random(17).randrange(0, 300) for _ in range(16)]]
 CPU_MN = [(1, 1), (7, 33), (33, 7), (129, 129), (1000, 16)]
 
 
@@ -245,13 +246,16 @@ GPU_GROUPS = [1, 2, 8, 64, 1024]
 # Mean tokens per group: enough work per group for the bigger G, a bounded total for G = 1024.
 MEAN_K = {1: 4096, 2: 4096, 8: 1024, 64: 256, 1024: 64}
 PATTERNS = ["equal", "random", "zeros", "one_holds_all", "unaligned"]
+# Contiguous-K only: sizes that are not multiples of 16 (groups start inside 16-byte chunks).
+CONTIG_PATTERNS = ["any", "odd_first"]
 
 
 def group_sizes(pattern, groups, *, seed=0):
-    """Group sizes of a test pattern, multiples of 16 as both layouts require."""
+    """Group sizes of a test pattern: multiples of 16 (both layouts) but for the contiguous-K only
+    patterns of CONTIG_PATTERNS."""
     rng = random.Random(seed)
     mean = MEAN_K[groups]
-    unit = 16  # both layouts take multiples of 16 (TMA: 16-byte aligned K offsets)
+    unit = 16  # the packed layout takes multiples of 16 (its groups are [M, K_g] row-major TMA matrices)
     if pattern == "equal":
         return [mean] * groups
     if pattern == "random":
@@ -262,11 +266,18 @@ def group_sizes(pattern, groups, *, seed=0):
         return [mean * groups if g == groups // 2 else 0 for g in range(groups)]
     if pattern == "unaligned":
         return [(16, 112, 1008)[g % 3] for g in range(groups)]  # not multiples of 128
+    if pattern == "any":  # any sizes, zeros and 1-token groups included
+        return [rng.choice([0, 1, 15, 17, rng.randrange(0, 2 * mean + 1)]) if g % 4 == 3 else rng.randrange(0, 2 * mean + 1)
+                for g in range(groups)]
+    if pattern == "odd_first":  # every group but the first starts inside a 16-byte chunk
+        return [mean + 7] + [mean] * (groups - 1)
     raise ValueError(pattern)
 
 
 def _gpu_params():
-    for layout, pattern, groups in itertools.product(("packed", "contiguous"), PATTERNS, GPU_GROUPS):
+    cases = list(itertools.product(("packed", "contiguous"), PATTERNS, GPU_GROUPS))
+    cases += list(itertools.product(("contiguous",), CONTIG_PATTERNS, GPU_GROUPS))
+    for layout, pattern, groups in cases:
         shapes = [(129, 255)] if groups >= 64 else [(129, 255), (1000, 4097)]
         for m, n in shapes:
             yield pytest.param(layout, pattern, groups, m, n, marks=GPU_MARKS,
@@ -296,9 +307,10 @@ def test_gpu_accuracy_per_group(layout, pattern, groups, m, n):
             assert err <= GPU_REL_TOL, f"group {g} (K_g={k}): rel. Frobenius error {err:.3e}"
 
 
-@pytest.mark.parametrize("layout", [pytest.param(x, marks=GPU_MARKS) for x in ["packed", "contiguous"]])
-def test_gpu_grouped_bitwise_deterministic(layout):
-    ks = group_sizes("random", 8, seed=3)
+@pytest.mark.parametrize("layout, pattern", [pytest.param(*x, marks=GPU_MARKS) for x in
+                                             [("packed", "random"), ("contiguous", "random"), ("contiguous", "any")]])
+def test_gpu_grouped_bitwise_deterministic(layout, pattern):
+    ks = group_sizes(pattern, 8, seed=3)
     op = _make(layout, 1000, 4097, ks, device="cuda", seed=3)
     results = []
     for _ in range(3):
@@ -327,7 +339,8 @@ def test_gpu_contiguous_cuda_graph_replay_with_new_sizes(dummy):
     m, n = 257, 384
     ks1 = [512, 112, 0, 1424, 16, 1008, 16, 1008]
     ks2 = [0, 4096, 0, 0, 0, 0, 0, 0]
-    assert sum(ks1) == sum(ks2)
+    ks3 = [511, 100, 0, 1437, 1, 1007, 17, 1023]  # groups starting inside 16-byte chunks
+    assert sum(ks1) == sum(ks2) == sum(ks3)
     static = make_contiguous(m, n, ks1, device="cuda", seed=1)
     sizes = ks_tensor(ks1, "cuda")
     out = new_out(8, m, n, device="cuda")
@@ -341,7 +354,7 @@ def test_gpu_contiguous_cuda_graph_replay_with_new_sizes(dummy):
     with torch.cuda.graph(graph):
         wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous((static.a, static.sa), (static.b, static.sb), out, sizes)
 
-    for ks, seed in ((ks1, 1), (ks2, 2), (ks1, 3)):
+    for ks, seed in ((ks1, 1), (ks2, 2), (ks3, 3), (ks1, 4)):
         fresh = make_contiguous(m, n, ks, device="cuda", seed=seed)
         for dst, src in zip(static.args(), fresh.args()):
             dst.copy_(src)
@@ -353,6 +366,33 @@ def test_gpu_contiguous_cuda_graph_replay_with_new_sizes(dummy):
                 assert torch.all(out[g] == 0), f"sizes {ks}: empty group {g} written"
             else:
                 assert rel_frobenius(out[g], ref) <= GPU_REL_TOL, f"sizes {ks}: group {g}"
+
+
+@pytest.mark.parametrize("dummy", [pytest.param(0, marks=GPU_MARKS)])
+def test_gpu_contiguous_unaligned_groups_keep_to_their_columns(dummy):
+    """Groups that start inside 16-byte chunks read only their own columns: a NaN in the first and the
+    last column of one group's row reaches that row of that group's out only, and the NaN padding past
+    K_total (rand_fp8 pads each row to 16 elements with NaN) reaches nothing."""
+    m, n = 200, 300
+    ks = [37, 1, 300, 0, 129, 100]  # K_total = 567
+    op = make_contiguous(m, n, ks, device="cuda", seed=9)
+    refs = contiguous_group_references(op, reference.wgrad_gemm_reference)
+    g_bad, row = 2, 17
+    start = sum(ks[:g_bad])
+    op.a[row, start] = float("nan")
+    op.a[row, start + ks[g_bad] - 1] = float("nan")
+    out = new_out(len(ks), m, n, device="cuda")
+    CONTIG(*op.args(), out, ks_tensor(ks, "cuda"))
+    for g, (k, ref) in enumerate(zip(ks, refs)):
+        if k == 0:
+            assert torch.all(out[g] == 0), f"empty group {g} written"
+            continue
+        rows = torch.ones(m, dtype=torch.bool, device="cuda")
+        if g == g_bad:
+            assert torch.all(torch.isnan(out[g, row])), "the NaN of the group's row is lost"
+            rows[row] = False
+        assert torch.all(torch.isfinite(out[g][rows])), f"a NaN leaked into group {g}"
+        assert rel_frobenius(out[g][rows], ref[rows]) <= GPU_REL_TOL, f"group {g}"
 
 
 @pytest.mark.parametrize("dummy", [pytest.param(0, marks=GPU_MARKS)])
@@ -409,8 +449,7 @@ def test_gpu_64bit_offsets(dummy):
 
 
 @pytest.mark.parametrize("sizes, k_total, message", [
-    ([16, -16, 32], 32, r"group_sizes\[1\] must be >= 0 and a multiple of 16, got -16"),
-    ([16, 100, 12], 128, r"group_sizes\[1\] must be >= 0 and a multiple of 16, got 100"),
+    ([16, -16, 32], 32, r"group_sizes\[1\] must be >= 0, got -16"),
     ([16, 0, 32], 64, r"sum\(group_sizes\) must equal K_total = 64, got 48"),
 ])
 def test_check_group_sizes_names_the_bad_size(sizes, k_total, message):
@@ -420,3 +459,4 @@ def test_check_group_sizes_names_the_bad_size(sizes, k_total, message):
 
 def test_check_group_sizes_accepts_the_contract():
     wgrad.check_group_sizes(torch.tensor([0, 16, 112, 1008], dtype=torch.int32), 1136)
+    wgrad.check_group_sizes(torch.tensor([100, 1, 0, 27], dtype=torch.int32), 128)

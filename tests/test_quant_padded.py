@@ -74,12 +74,17 @@ def _check_against_unpadded(x, sizes, pad, outs):
 
 
 def _gemm_round_trip(a_x, b_x, sizes, pad, device):
-    """out[g] += a_g @ b_g^T through the padded casts of dy and x and the contiguous-K GEMM, against the
-    float64 product of the unpadded casts' dequantized segments."""
+    """out[g] += a_g @ b_g^T through the padded casts (pad 0: the unpadded casts) of dy and x and the
+    contiguous-K GEMM, against the float64 product of the unpadded casts' dequantized segments."""
     s = torch.tensor(sizes, dtype=torch.int32, device=device)
-    qa, sa, pa = OPS.quantize_fp8_1x128_colwise_segments_padded(a_x.to(device), s, pad, False)
-    qb, sb, pb = OPS.quantize_fp8_1x128_colwise_segments_padded(b_x.to(device), s, pad, False)
-    assert torch.equal(pa, pb)
+    if pad == 0:  # groups start wherever the sizes put them, inside 16-byte chunks too
+        qa, sa = OPS.quantize_fp8_1x128_colwise_segments(a_x.to(device), s, False)
+        qb, sb = OPS.quantize_fp8_1x128_colwise_segments(b_x.to(device), s, False)
+        pa = s
+    else:
+        qa, sa, pa = OPS.quantize_fp8_1x128_colwise_segments_padded(a_x.to(device), s, pad, False)
+        qb, sb, pb = OPS.quantize_fp8_1x128_colwise_segments_padded(b_x.to(device), s, pad, False)
+        assert torch.equal(pa, pb)
     m, n = a_x.shape[1], b_x.shape[1]
     out = torch.zeros(len(sizes), m, n, device=device)
     wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous((qa, sa), (qb, sb), out, pa)
@@ -103,9 +108,10 @@ def test_cpu_padded_is_the_unpadded_cast_moved(case, pad):
     _check_against_unpadded(x, sizes, pad, outs)
 
 
-@pytest.mark.parametrize("pad", [16, 32])
+@pytest.mark.parametrize("pad", [0, 16, 32])
 def test_cpu_any_token_counts_through_the_contiguous_gemm(pad):
-    # Token counts that the contiguous-K GEMM alone rejects (not multiples of 16), zeros included.
+    # Token counts that are not multiples of 16, zeros included: straight from the unpadded cast (pad 0)
+    # or through the padded one.
     sizes = [100, 0, 1008, 37, 211]
     rows = sum(sizes)
     _gemm_round_trip(_random_x(rows, 96, torch.float32, 5), _random_x(rows, 80, torch.float32, 6), sizes, pad,
@@ -210,7 +216,7 @@ def test_gpu_padded_large_table_and_many_segments():
 
 
 @sm90
-@pytest.mark.parametrize("pad", [16, 32, 128])
+@pytest.mark.parametrize("pad", [0, 16, 32, 128])
 def test_gpu_any_token_counts_through_the_contiguous_gemm(pad):
     sizes = [100, 0, 1008, 37, 2903, 16]
     rows = sum(sizes)

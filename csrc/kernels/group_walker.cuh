@@ -17,7 +17,11 @@ struct WorkTile {
   int k_block_base;  // first column of this group's blocks in the scale tensors
   int k_col;         // first K column of the group inside the A/B descriptors (contiguous-K)
   int tail_valid;    // contiguous-K only: valid columns of the last block when the group ends inside
-                     // it and the next group's columns follow (they must be zeroed); 0 otherwise
+                     // it and the next group's columns follow (the consumers zero them); 0 otherwise
+  int k_shift;       // contiguous-K only: k_col % 16. Non-zero: TMA cannot start a box there, so the
+                     // producer loads the 16-aligned window k_col + 128 kb - k_shift and shifts it
+                     // into place in shared memory (MainloopSm90::shift_tile), zeroing past the group
+  int last_valid;    // contiguous-K only: valid columns of the last block (1 to 128)
 };
 
 // Walks groups in increasing order (the tile order of PersistentTileScheduler is group-major and
@@ -32,7 +36,7 @@ struct GroupKWalker {
   int kb_offset = 0;         // sum of their block counts
 
   __device__ WorkTile work(const TileCoord& c) {
-    WorkTile w{c, 0, 0, 0, 0};
+    WorkTile w{c, 0, 0, 0, 0, 0, 0};
     if constexpr (kMode == GroupMode::Dense) {
       w.num_k_blocks = static_cast<int>(ceil_div(k, kScaleBlockK));
     } else if constexpr (kMode == GroupMode::Packed) {
@@ -49,8 +53,11 @@ struct GroupKWalker {
       w.k_block_base = kb_offset;
       w.k_col = k_offset;
       const int rem = kg % static_cast<int>(kScaleBlockK);
-      // Past K_total TMA fills zeros by itself; only a following group's columns need masking.
-      w.tail_valid = (rem != 0 && k_offset + kg < k) ? rem : 0;
+      w.k_shift = k_offset % 16;
+      w.last_valid = rem != 0 ? rem : static_cast<int>(kScaleBlockK);
+      // Past K_total TMA fills zeros by itself; only a following group's columns need masking (by the
+      // consumers after an aligned load; a shifted load is masked by the producer as it shifts).
+      w.tail_valid = (rem != 0 && k_offset + kg < k && w.k_shift == 0) ? rem : 0;
     }
     return w;
   }

@@ -44,6 +44,9 @@ struct GemmParamsSm90 {
   CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1, reduce-add (unused when N < 4)
   std::conditional_t<kMode_ == GroupMode::Packed, PackedGroups, NoPackedGroups> packed;
   const int* group_k = nullptr;        // Contiguous: the user's int32 sizes
+  const uint8_t* a = nullptr;          // Contiguous: the operands and their row strides (bytes), for
+  const uint8_t* b = nullptr;          // the 16 bytes past a shifted window (MainloopSm90::shift_tile)
+  int64_t lda = 0, ldb = 0;
   int k = 0;                           // Dense: K; Contiguous: K_total
   PersistentTileScheduler scheduler{};
   OutView out;  // out itself, for the columns past N & ~3 that the TMA store leaves to the threads
@@ -63,10 +66,9 @@ struct SharedStorageSm90 {
   typename EpilogueSm90<kBlockN>::SharedStorage epilogue;
 };
 
-// Contiguous-K sizes are only on the device: every CTA validates them (each >= 0 and a multiple of
-// 16, sum equal to K_total) before touching anything, and all CTAs reach the same verdict. Invalid
-// sizes leave `out` untouched. Multiples of 16: TMA faults on a K coordinate that is not 16-byte
-// aligned, so a group cannot start inside a 16-column chunk.
+// Contiguous-K sizes are only on the device: every CTA validates them (each >= 0, sum equal to
+// K_total) before touching anything, and all CTAs reach the same verdict. Invalid sizes leave `out`
+// untouched.
 template <class Params>
 __device__ bool group_sizes_valid(const Params& p) {
   if constexpr (Params::kMode != GroupMode::Contiguous) {
@@ -79,7 +81,7 @@ __device__ bool group_sizes_valid(const Params& p) {
     int bad = 0;
     for (int g = threadIdx.x; g < p.scheduler.num_groups; g += blockDim.x) {
       const int kg = p.group_k[g];
-      bad |= kg < 0 || kg % 16 != 0;
+      bad |= kg < 0;
       local += kg;
     }
     atomicAdd(&total, static_cast<unsigned long long>(local));
@@ -142,11 +144,17 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   typename Pipeline::Params pipeline_params;
   pipeline_params.transaction_bytes = Mainloop::kTransactionBytes;
   pipeline_params.role = producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pipeline_params.is_leader = threadIdx.x == 0;
+  // No leader: the producer thread posts each stage's expected bytes itself (MainloopSm90::load_tile),
+  // because a shifted stage's full barrier must wait for the shifters' arrival.
+  pipeline_params.is_leader = 0;
   pipeline_params.num_consumers = Mainloop::kNumConsumerThreads;
   // The CTAs of a cluster consume each other's multicast A slices: every consumer warpgroup releases
   // a stage to every producer of the cluster (CUTLASS's PipelineTmaAsync does this for an N x 1 cluster).
   Pipeline pipeline(smem.mainloop.pipeline, pipeline_params, Shape<Int<kClusterSize>, _1, _1>{});
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::init(&smem.mainloop.staging[s], 1);
+    cutlass::arch::fence_barrier_init();
+  }
   // Every CTA's barriers are initialised before any multicasts into it.
   cluster_or_cta_sync();
   const int rank = static_cast<int>(cute::block_rank_in_cluster());
@@ -164,7 +172,10 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
         const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
         if (w.num_k_blocks > 0) Mainloop::load_tile(p, pipeline, state, smem.mainloop, w, rank);
       }
-      pipeline.producer_tail(state);
+      Mainloop::template producer_finish<Params>(pipeline, state, smem.mainloop);
+    } else if constexpr (Params::kMode == GroupMode::Contiguous) {
+      // Warps 1-3 shift the windows of groups that start inside a 16-byte chunk.
+      if (threadIdx.x >= 32) Mainloop::shift_stages(p, smem.mainloop, threadIdx.x - 32);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();

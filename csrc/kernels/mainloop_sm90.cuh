@@ -7,6 +7,15 @@
 // while the other half's group runs:
 //     acc[r][c] += sa[r] * sb[c] * scratch[r][c]
 // Hopper's FP8 tensor-core accumulation is narrower than fp32; promoting every 128 K keeps accuracy.
+//
+// A contiguous-K group that starts inside a 16-byte chunk (any token counts) cannot be loaded by TMA at
+// its own K offset (a box's innermost coordinate must be 16-byte aligned). For its blocks the producer
+// thread loads the aligned window that starts k_shift columns early onto the stage's staging barrier,
+// and the other three warps of the producer warpgroup ("shifters") shift each row k_shift bytes to the
+// left in shared memory, append the next k_shift bytes (read from global memory), zero what lies past
+// the group, and only then arrive on the stage's full barrier. The consumers see the same tile as for
+// an aligned group. The producer thread tells the shifters what each stage holds through a small
+// record per stage (ShiftJob), published by an arrival on the staging barrier for every stage it fills.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -22,6 +31,15 @@
 
 namespace wgrad {
 
+// One stage's job for the shifters (contiguous-K). shift == 0: the stage was loaded aligned, nothing
+// to do; shift < 0: the producer is done, no more stages follow.
+struct ShiftJob {
+  int shift;   // k_shift of the block's group (0 to 15), or -1
+  int window;  // first (16-aligned) K column of the loaded window
+  int valid;   // columns of the block inside its group (1 to 128)
+  int m0, n0;  // first rows of the A and B tiles
+};
+
 template <int kBlockN_, int kStages_>
 struct MainloopSm90 {
   static constexpr int kBlockN = kBlockN_;
@@ -30,6 +48,7 @@ struct MainloopSm90 {
 
   using Element = Fp8;
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using ClusterTransactionBarrier = cutlass::arch::ClusterTransactionBarrier;
   using PipelineState = cutlass::PipelineState<kStages>;
   using SmemLayoutA = SmemLayoutKSw128<kBlockM, kStages>;
   using SmemLayoutB = SmemLayoutKSw128<kBlockN, kStages>;
@@ -45,10 +64,13 @@ struct MainloopSm90 {
     alignas(128) float sa[kStages][kBlockM];               // (BLK_M,PIPE) scales of A's rows
     alignas(128) float sb[kStages][kScaleRowB];            // (BLK_N,PIPE) scales of B's rows
     typename Pipeline::SharedStorage pipeline;
+    alignas(8) uint64_t staging[kStages];  // contiguous-K: the stage's job is posted (and its windows have landed)
+    ShiftJob jobs[kStages];                // contiguous-K: what the shifters do with each stage
   };
 
-  static constexpr uint32_t kTransactionBytes =
-      static_cast<uint32_t>(sizeof(Element) * (kBlockM + kBlockN) * kBlockK + sizeof(float) * (kBlockM + kBlockN));
+  static constexpr uint32_t kOperandBytes = static_cast<uint32_t>(sizeof(Element) * (kBlockM + kBlockN) * kBlockK);
+  static constexpr uint32_t kScaleBytes = static_cast<uint32_t>(sizeof(float) * (kBlockM + kBlockN));
+  static constexpr uint32_t kTransactionBytes = kOperandBytes + kScaleBytes;
 
   // ---- producer: one elected thread ----------------------------------------------------------------
   // With a cluster the A tile is shared by its CTAs (same m block): CTA `rank` loads rows
@@ -69,22 +91,152 @@ struct MainloopSm90 {
     const int n0 = w.coord.n_block * kBlockN;
     constexpr uint64_t kEvictNormal = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
     for (int kb = 0; kb < w.num_k_blocks; ++kb) {
-      pipeline.producer_acquire(state);
-      uint64_t* bar = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(state));
+      pipeline.producer_acquire(state);  // waits for the stage to be free (the pipeline has no leader)
+      uint64_t* full = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(state));
       const int stage = state.index();
       const int k0 = w.k_col + kb * kBlockK;
       const int scale_col = w.k_block_base + kb;
-      if constexpr (kClusterN == 1) {
-        cute::SM90_TMA_LOAD_2D::copy(desc_a, bar, kEvictNormal, smem.a + stage * kBlockM * kBlockK, k0, m0);
+      const int k_load = k0 - w.k_shift;
+      // Aligned: everything lands on the full barrier. Shifted: the operand windows land on the staging
+      // barrier, and the full barrier expects the scales now and the shifters' arrival later.
+      uint64_t* operand_bar = full;
+      if constexpr (Params::kMode == GroupMode::Contiguous) {
+        const int valid = kb == w.num_k_blocks - 1 ? w.last_valid : kBlockK;
+        smem.jobs[stage] = ShiftJob{w.k_shift, k_load, valid, m0, n0};  // published by the arrival below
+        if (w.k_shift == 0) {
+          ClusterTransactionBarrier::arrive_and_expect_tx(full, kTransactionBytes);
+          ClusterTransactionBarrier::arrive(&smem.staging[stage]);
+        } else {
+          operand_bar = &smem.staging[stage];
+          ClusterTransactionBarrier::expect_transaction(full, kScaleBytes);
+          ClusterTransactionBarrier::arrive_and_expect_tx(operand_bar, kOperandBytes);
+        }
       } else {
-        cute::SM90_TMA_LOAD_MULTICAST_2D::copy(desc_a, bar, kClusterMask, kEvictNormal,
-                                               smem.a + stage * kBlockM * kBlockK + rank * kRowsA * kBlockK, k0,
+        ClusterTransactionBarrier::arrive_and_expect_tx(full, kTransactionBytes);
+      }
+      if constexpr (kClusterN == 1) {
+        cute::SM90_TMA_LOAD_2D::copy(desc_a, operand_bar, kEvictNormal, smem.a + stage * kBlockM * kBlockK, k_load, m0);
+      } else {
+        cute::SM90_TMA_LOAD_MULTICAST_2D::copy(desc_a, operand_bar, kClusterMask, kEvictNormal,
+                                               smem.a + stage * kBlockM * kBlockK + rank * kRowsA * kBlockK, k_load,
                                                m0 + rank * kRowsA);
       }
-      cute::SM90_TMA_LOAD_2D::copy(desc_b, bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k0, n0);
-      cute::SM90_TMA_LOAD_2D::copy(&p.tma_sa, bar, kEvictNormal, smem.sa[stage], m0, scale_col);
-      cute::SM90_TMA_LOAD_2D::copy(&p.tma_sb, bar, kEvictNormal, smem.sb[stage], n0, scale_col);
+      cute::SM90_TMA_LOAD_2D::copy(desc_b, operand_bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k_load, n0);
+      cute::SM90_TMA_LOAD_2D::copy(&p.tma_sa, full, kEvictNormal, smem.sa[stage], m0, scale_col);
+      cute::SM90_TMA_LOAD_2D::copy(&p.tma_sb, full, kEvictNormal, smem.sb[stage], n0, scale_col);
       ++state;
+    }
+  }
+
+  // ---- shifters: warps 1-3 of the producer warpgroup, contiguous-K only --------------------------
+  // They follow the stages in the producer thread's order: wait for the stage's staging barrier, read
+  // its job; for a shifted block, shift every row of A and B in place, then arrive on the stage's full
+  // barrier (its one expected arrival; its transaction bytes are the scales).
+  static constexpr int kNumShifters = 96;
+  static constexpr int kTileRows = kBlockM + kBlockN;  // A's rows, then B's
+  static constexpr int kRowsPerShifter = (kTileRows + kNumShifters - 1) / kNumShifters;
+  static_assert(kClusterN == 1, "a shifted window is loaded whole by its own CTA");
+
+  template <class Params>
+  __device__ static void shift_stages(const Params& p, SharedStorage& smem, int shifter) {
+    PipelineState state;  // index 0, phase 0: the staging barriers' first phase
+    for (;;) {
+      const int stage = state.index();
+      cutlass::arch::ClusterBarrier::wait(&smem.staging[stage], state.phase());
+      const ShiftJob job = smem.jobs[stage];
+      if (job.shift < 0) return;
+      if (job.shift > 0) {
+        // The block's last `shift` columns lie past the window, in the 16 bytes after it: one aligned
+        // 16-byte load per row, only if the block reaches them (then window + 128 < the group's end
+        // <= K_total, so the chunk lies in the row's storage).
+        const bool past_window = job.shift + job.valid > kBlockK;
+        auto load_next = [&](int row) {
+          const bool in_a = row < kBlockM;
+          const int64_t grow = in_a ? job.m0 + row : job.n0 + (row - kBlockM);
+          uint4 v = make_uint4(0u, 0u, 0u, 0u);
+          if (past_window && row < kTileRows && grow < (in_a ? p.out.m : p.out.n)) {
+            const uint8_t* src = (in_a ? p.a + grow * p.lda : p.b + grow * p.ldb) + job.window + kBlockK;
+            v = __ldg(reinterpret_cast<const uint4*>(src));
+          }
+          return v;
+        };
+        // One row's 16 bytes in flight while the previous row shifts (56 registers allow no more).
+        uint4 next = load_next(shifter);
+        CUTE_UNROLL
+        for (int i = 0; i < kRowsPerShifter; ++i) {
+          const int row = shifter + i * kNumShifters;
+          if (row >= kTileRows) break;
+          const uint4 after = i + 1 < kRowsPerShifter ? load_next(row + kNumShifters) : make_uint4(0u, 0u, 0u, 0u);
+          uint8_t* tile = row < kBlockM
+                              ? reinterpret_cast<uint8_t*>(smem.a + stage * kBlockM * kBlockK) + row * kBlockK
+                              : reinterpret_cast<uint8_t*>(smem.b + stage * kBlockN * kBlockK) + (row - kBlockM) * kBlockK;
+          switch (job.shift / 4) {  // the same for the whole warp: no divergence
+            case 0: shift_row<0>(tile, row % 8, next, job.shift, job.valid); break;
+            case 1: shift_row<1>(tile, row % 8, next, job.shift, job.valid); break;
+            case 2: shift_row<2>(tile, row % 8, next, job.shift, job.valid); break;
+            default: shift_row<3>(tile, row % 8, next, job.shift, job.valid); break;
+          }
+          next = after;
+        }
+        cutlass::arch::fence_view_async_shared();  // generic-proxy writes, read next by WGMMA (async proxy)
+        cutlass::arch::NamedBarrier::sync(kNumShifters, static_cast<uint32_t>(NamedBarrierId::ShiftDone));
+        if (shifter == 0) smem.pipeline.full_barrier_[stage].arrive();
+      }
+      ++state;
+    }
+  }
+
+  // The producer thread's end (instead of PipelineTmaAsync::producer_tail): waits until the consumers
+  // have released every stage, and tells the shifters in the first free one that nothing follows.
+  template <class Params>
+  __device__ static void producer_finish(Pipeline& pipeline, PipelineState state, SharedStorage& smem) {
+    for (int i = 0; i < kStages; ++i) {
+      pipeline.producer_acquire(state);
+      if constexpr (Params::kMode == GroupMode::Contiguous) {
+        if (i == 0) {
+          smem.jobs[state.index()] = ShiftJob{-1, 0, 0, 0, 0};
+          ClusterTransactionBarrier::arrive(&smem.staging[state.index()]);
+        }
+      }
+      ++state;
+    }
+  }
+
+  // One 128-byte row of a 128B-swizzled K-major tile (logical chunk c at physical chunk c ^ swz): the row
+  // becomes bytes [shift, shift + 128) of (row, next), with bytes from `valid` on zeroed. kWords =
+  // shift / 4 is a template parameter so that no register array is indexed at run time.
+  template <int kWords>
+  __device__ static void shift_row(uint8_t* row, int swz, uint4 next, int shift, int valid) {
+    constexpr int kChunks = kBlockK / 16;
+    auto chunk = [&](int c) { return reinterpret_cast<uint4*>(row + ((c ^ swz) * 16)); };
+    const uint32_t bits = 8u * static_cast<uint32_t>(shift % 4);
+    // Chunk j of the result is made of chunks j and j + 1, read one chunk ahead of the stores (the
+    // producer warpgroup runs on 56 registers).
+    uint4 c0 = *chunk(0), c1 = *chunk(1);
+    CUTE_UNROLL
+    for (int j = 0; j < kChunks; ++j) {
+      const uint4 c2 = j + 2 < kChunks ? *chunk(j + 2) : next;
+      const uint32_t x[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+      uint32_t o[4];
+      CUTE_UNROLL
+      for (int t = 0; t < 4; ++t) o[t] = __funnelshift_r(x[t + kWords], x[t + kWords + 1], bits);
+      *chunk(j) = make_uint4(o[0], o[1], o[2], o[3]);
+      c0 = c1;
+      c1 = c2;
+    }
+    if (valid < kBlockK) {  // the group's last block: zero its bytes from `valid` on
+      int j = valid / 16;
+      if (valid % 16 != 0) {
+        uint4 v = *chunk(j);
+        uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+        CUTE_UNROLL
+        for (int t = 0; t < 4; ++t) {
+          const int keep = valid % 16 - 4 * t;  // bytes of word t inside the block
+          w[t] = keep <= 0 ? 0u : keep >= 4 ? w[t] : w[t] & ((1u << (8 * keep)) - 1u);
+        }
+        *chunk(j++) = v;
+      }
+      for (; j < kChunks; ++j) *chunk(j) = make_uint4(0u, 0u, 0u, 0u);
     }
   }
 

@@ -11,6 +11,9 @@ enum class NamedBarrierId : uint32_t {
   // One per consumer warpgroup: its half of the epilogue staging buffer is free / fully written.
   EpilogueWg0 = 1,
   EpilogueWg1 = 2,
+  // The producer warpgroup's shifting warps (contiguous-K groups at unaligned offsets): a stage's
+  // shifted tiles are complete.
+  ShiftDone = 3,
 };
 
 }  // namespace wgrad

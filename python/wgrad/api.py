@@ -68,8 +68,8 @@ def check_group_sizes(group_sizes: torch.Tensor, k_total: int) -> None:
     naming the first bad size, or the sum, where the kernel would leave `out` untouched."""
     sizes = group_sizes.tolist()
     for g, k in enumerate(sizes):
-        if k < 0 or k % 16 != 0:
-            raise ValueError(f"group_sizes[{g}] must be >= 0 and a multiple of 16, got {k}")
+        if k < 0:
+            raise ValueError(f"group_sizes[{g}] must be >= 0, got {k}")
     if sum(sizes) != k_total:
         raise ValueError(f"sum(group_sizes) must equal K_total = {k_total}, got {sum(sizes)}")
 
@@ -79,7 +79,8 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, 
     """One launch for G experts whose tokens are contiguous column ranges of a [M, K_total] and
     b [N, K_total] (what a transposed cast of the token-major MoE buffer produces). `group_sizes` is an
     int32 tensor [G] on the operands' device and is only read by the kernel: no host synchronisation,
-    capturable in a CUDA graph. Each size must be >= 0 and a multiple of 16 and they must sum to K_total;
+    capturable in a CUDA graph. Each size must be >= 0 (any value: a group may start inside a 16-byte
+    chunk, at some cost, see the README) and they must sum to K_total;
     the kernel checks this on the device and leaves `out` untouched when they do not (it cannot raise
     without a synchronisation: call `check_group_sizes` first when in doubt). Scales have `ceil(K_total/128) + G - 1` block columns (blocks restart at
     every group; trailing ones unused)."""
