@@ -34,10 +34,11 @@ namespace wgrad {
 // One stage's job for the shifters (contiguous-K). shift == 0: the stage was loaded aligned, nothing
 // to do; shift < 0: the producer is done, no more stages follow.
 struct ShiftJob {
-  int shift;   // k_shift of the block's group (0 to 15), or -1
-  int window;  // first (16-aligned) K column of the loaded window
-  int valid;   // columns of the block inside its group (1 to 128)
-  int m0, n0;  // first rows of the A and B tiles
+  int shift;    // k_shift of the block's group (0 to 15), or -1
+  int window;   // first (16-aligned) K column of the loaded window
+  int valid;    // columns of the block inside its group (1 to 128)
+  int m0, n0;   // first rows of the A and B tiles
+  int follows;  // 1: the next stage holds the next block of the same tile (the window 128 columns on)
 };
 
 template <int kBlockN_, int kStages_>
@@ -102,7 +103,8 @@ struct MainloopSm90 {
       uint64_t* operand_bar = full;
       if constexpr (Params::kMode == GroupMode::Contiguous) {
         const int valid = kb == w.num_k_blocks - 1 ? w.last_valid : kBlockK;
-        smem.jobs[stage] = ShiftJob{w.k_shift, k_load, valid, m0, n0};  // published by the arrival below
+        // Published by the arrival below.
+        smem.jobs[stage] = ShiftJob{w.k_shift, k_load, valid, m0, n0, kb + 1 < w.num_k_blocks ? 1 : 0};
         if (w.k_shift == 0) {
           ClusterTransactionBarrier::arrive_and_expect_tx(full, kTransactionBytes);
           ClusterTransactionBarrier::arrive(&smem.staging[stage]);
@@ -146,37 +148,56 @@ struct MainloopSm90 {
       const ShiftJob job = smem.jobs[stage];
       if (job.shift < 0) return;
       if (job.shift > 0) {
-        // The block's last `shift` columns lie past the window, in the 16 bytes after it: one aligned
-        // 16-byte load per row, only if the block reaches them (then window + 128 < the group's end
-        // <= K_total, so the chunk lies in the row's storage).
+        // The block's last `shift` columns lie past the window, in the 16 bytes after it (needed only if
+        // the block reaches them). When the next stage holds the next block of the tile, they are that
+        // window's first chunk, still unshifted (these threads shift it next, row for row); otherwise one
+        // aligned 16-byte global load per row (then window + 128 < the group's end <= K_total, so the
+        // chunk lies in the row's storage).
         const bool past_window = job.shift + job.valid > kBlockK;
-        auto load_next = [&](int row) {
-          const bool in_a = row < kBlockM;
-          const int64_t grow = in_a ? job.m0 + row : job.n0 + (row - kBlockM);
-          uint4 v = make_uint4(0u, 0u, 0u, 0u);
-          if (past_window && row < kTileRows && grow < (in_a ? p.out.m : p.out.n)) {
-            const uint8_t* src = (in_a ? p.a + grow * p.lda : p.b + grow * p.ldb) + job.window + kBlockK;
-            v = __ldg(reinterpret_cast<const uint4*>(src));
-          }
-          return v;
-        };
-        // One row's 16 bytes in flight while the previous row shifts (56 registers allow no more).
-        uint4 next = load_next(shifter);
-        CUTE_UNROLL
-        for (int i = 0; i < kRowsPerShifter; ++i) {
-          const int row = shifter + i * kNumShifters;
-          if (row >= kTileRows) break;
-          const uint4 after = i + 1 < kRowsPerShifter ? load_next(row + kNumShifters) : make_uint4(0u, 0u, 0u, 0u);
-          uint8_t* tile = row < kBlockM
-                              ? reinterpret_cast<uint8_t*>(smem.a + stage * kBlockM * kBlockK) + row * kBlockK
-                              : reinterpret_cast<uint8_t*>(smem.b + stage * kBlockN * kBlockK) + (row - kBlockM) * kBlockK;
+        const bool from_smem = past_window && job.follows != 0;
+        const int next_stage = stage + 1 < kStages ? stage + 1 : 0;
+        if (from_smem) {
+          const uint32_t next_phase = state.phase() ^ (next_stage == 0 ? 1u : 0u);
+          cutlass::arch::ClusterBarrier::wait(&smem.staging[next_stage], next_phase);
+        }
+        auto shift_one = [&](int row, const uint4& next) {
+          uint8_t* tile = row_ptr(smem, stage, row);
           switch (job.shift / 4) {  // the same for the whole warp: no divergence
             case 0: shift_row<0>(tile, row % 8, next, job.shift, job.valid); break;
             case 1: shift_row<1>(tile, row % 8, next, job.shift, job.valid); break;
             case 2: shift_row<2>(tile, row % 8, next, job.shift, job.valid); break;
             default: shift_row<3>(tile, row % 8, next, job.shift, job.valid); break;
           }
-          next = after;
+        };
+        if (from_smem) {
+          CUTE_UNROLL
+          for (int i = 0; i < kRowsPerShifter; ++i) {
+            const int row = shifter + i * kNumShifters;
+            if (row >= kTileRows) break;
+            // Logical chunk 0 of the row in the next stage.
+            shift_one(row, *reinterpret_cast<const uint4*>(row_ptr(smem, next_stage, row) + (row % 8) * 16));
+          }
+        } else {
+          auto load_next = [&](int row) {
+            const bool in_a = row < kBlockM;
+            const int64_t grow = in_a ? job.m0 + row : job.n0 + (row - kBlockM);
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (past_window && row < kTileRows && grow < (in_a ? p.out.m : p.out.n)) {
+              const uint8_t* src = (in_a ? p.a + grow * p.lda : p.b + grow * p.ldb) + job.window + kBlockK;
+              v = __ldg(reinterpret_cast<const uint4*>(src));
+            }
+            return v;
+          };
+          // One row's 16 bytes in flight while the previous row shifts (56 registers allow no more).
+          uint4 next = load_next(shifter);
+          CUTE_UNROLL
+          for (int i = 0; i < kRowsPerShifter; ++i) {
+            const int row = shifter + i * kNumShifters;
+            if (row >= kTileRows) break;
+            const uint4 after = i + 1 < kRowsPerShifter ? load_next(row + kNumShifters) : make_uint4(0u, 0u, 0u, 0u);
+            shift_one(row, next);
+            next = after;
+          }
         }
         cutlass::arch::fence_view_async_shared();  // generic-proxy writes, read next by WGMMA (async proxy)
         cutlass::arch::NamedBarrier::sync(kNumShifters, static_cast<uint32_t>(NamedBarrierId::ShiftDone));
@@ -194,12 +215,18 @@ struct MainloopSm90 {
       pipeline.producer_acquire(state);
       if constexpr (Params::kMode == GroupMode::Contiguous) {
         if (i == 0) {
-          smem.jobs[state.index()] = ShiftJob{-1, 0, 0, 0, 0};
+          smem.jobs[state.index()] = ShiftJob{-1, 0, 0, 0, 0, 0};
           ClusterTransactionBarrier::arrive(&smem.staging[state.index()]);
         }
       }
       ++state;
     }
+  }
+
+  // Row `row` of a stage's tiles: A's rows, then B's (128 bytes each).
+  __device__ static uint8_t* row_ptr(SharedStorage& smem, int stage, int row) {
+    return row < kBlockM ? reinterpret_cast<uint8_t*>(smem.a + stage * kBlockM * kBlockK) + row * kBlockK
+                         : reinterpret_cast<uint8_t*>(smem.b + stage * kBlockN * kBlockK) + (row - kBlockM) * kBlockK;
   }
 
   // One 128-byte row of a 128B-swizzled K-major tile (logical chunk c at physical chunk c ^ swz): the row
