@@ -13,8 +13,8 @@ Without ncu it prints the median time of single calls with the L2 flushed and th
 times the column casts (bf16) under every setting in ORDERS (comma-separated, default
 auto,1,2,3,4,ranges): a WGRAD_SEGMENT_ORDER value, VAR=VALUE[+VAR=VALUE...] for any knob, or default.
 For each KIND (default segments,segments16; colwise and both too, which the order knob does not change)
-and shape (default the benchmark's), in one process, the settings interleaved within each of 3
-repetitions and every call timed beside a copy of the same bytes; prints % of a copy.
+and shape (default the benchmark's), in one process, the settings interleaved within each of
+SWEEP_REPS (default 3) repetitions and every call timed beside a copy of the same bytes; prints % of a copy.
 """
 
 import os
@@ -60,13 +60,13 @@ def _env_of(token):
 def order_sweep(orders, kinds, shapes):
     flush = torch.empty(bench_quant._L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     print("shape kind " + " ".join(f"{o:>7}" for o in orders) +
-          "   (% of a copy: median of 3 ratios of medians of 9 calls, each beside a copy)")
+          "   (% of a copy: median of SWEEP_REPS (3) ratios of medians of 9 calls, each beside a copy)")
     for rows, cols in shapes:
         x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda")
         for kind in kinds:
             fn, copy = _kernel_fn(kind, x), _copy_fn(kind, x)
             ratios = {o: [] for o in orders}
-            for _ in range(3):
+            for _ in range(int(os.environ.get("SWEEP_REPS", "3"))):
                 for o in orders:
                     env = _env_of(o)
                     os.environ.update(env)

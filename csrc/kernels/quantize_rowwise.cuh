@@ -4,9 +4,11 @@
 // consecutive elements at block columns [8 sub, 8 sub + 8) and [64 + 8 sub, 64 + 8 sub + 8). Why this
 // shape:
 //   - bandwidth needs bytes in flight (Little's law: ~4 TB/s x ~1 us of loaded DRAM latency = ~30 KB per
-//     SM). Each lane first issues the loads of kUnroll blocks (kept raw in registers), then reduces:
-//     with 4 CTAs of 256 threads per SM (<= 64 registers), that is 1024 x 64 B = 64 KB of loads in flight
-//     per SM, where the v1 tile kernel had none while it reduced, synchronised and stored.
+//     SM). Each lane first issues the loads of kUnroll blocks (kept raw in registers), then reduces.
+//     One block per lane (32 B of bf16/fp16) at 32 registers: 8 CTAs of 256 threads per SM, 2048 x 32 B =
+//     64 KB of loads in flight per SM, and 64 warps to hide each one's reduce-and-store phase. Measured
+//     (session 8): 2 blocks per lane at 48 registers (5 CTAs per SM) ran 1-3 points of a copy slower on
+//     every benchmark shape, 4 blocks (4 CTAs) 6-14 points slower.
 //   - per-block work (amax shuffles, scale, reciprocal, addresses) is paid per lane: 16 elements per
 //     lane halve it per element against 8 (v1), which keeps the kernel well below the SM's issue rate
 //     (~10 instructions per element, against ~24 available at the bandwidth bar).
@@ -29,26 +31,30 @@ namespace wgrad::quant {
 
 struct RowwiseConfig {
   static constexpr int kThreads = 256;
-  static constexpr int kMinCtasPerSm = 4;                           // <= 64 registers: 1024 threads per SM
+  static constexpr int kMinCtasPerSm = 6;                           // <= 40 registers (bf16/fp16 use 32: 8 CTAs)
+  static constexpr int kMinCtasPerSmScalar = 4;                     // element-wise path: <= 64 (fp16 spills at 40)
   static constexpr int kLanesPerBlock = 8;                          // 8 lanes per 1x128 block
   static constexpr int kRuns = kBlock / (kLanesPerBlock * kColsPerThread);  // 2 runs of 8 per lane
   static constexpr int kRunCols = kLanesPerBlock * kColsPerThread;  // 64: columns between a lane's runs
   static constexpr int kBlocksPerCta = kThreads / kLanesPerBlock;   // 32 blocks per CTA per slot
-  static constexpr int kBytesInFlightPerLane = 64;                  // 64 KB per SM at 1024 threads
-  // Blocks in flight per lane: 2 of bf16/fp16, 1 of fp32 (16 raw registers either way). Element-wise
-  // (unaligned) loads: one block (16 scalar loads in flight need as many registers; not the path to tune).
+  static constexpr int kBytesInFlightPerLane = 32;                  // 64 KB per SM at 2048 threads
+  // Blocks in flight per lane: 1 (bf16/fp16: 8 raw registers, fp32: 16). Element-wise (unaligned)
+  // loads: one block too (16 scalar loads in flight need as many registers; not the path to tune).
   template <typename T, bool kVec>
   static constexpr int kUnroll =
-      kVec ? kBytesInFlightPerLane / (kRuns * kColsPerThread * static_cast<int>(sizeof(T))) : 1;
+      kVec && kBytesInFlightPerLane > kRuns * kColsPerThread * static_cast<int>(sizeof(T))
+          ? kBytesInFlightPerLane / (kRuns * kColsPerThread * static_cast<int>(sizeof(T)))
+          : 1;
 };
-static_assert(RowwiseConfig::kRuns == 2 && RowwiseConfig::kUnroll<__nv_bfloat16, true> == 2, "see above");
+static_assert(RowwiseConfig::kRuns == 2 && RowwiseConfig::kUnroll<__nv_bfloat16, true> == 1, "see above");
 
 // Blocks are numbered u = r * kb_count + kb (memory order). Slot i of lane group g (8 lanes) handles, in
 // iteration k, block g + (k * kUnroll + i) * num_groups.
 // kVec: cols % 8 == 0 and x 16-byte aligned: each run of 8 columns is one aligned vector access (or
 // entirely past C); otherwise element-wise accesses with bounds checks.
 template <typename T, bool kVec>
-__global__ void __launch_bounds__(RowwiseConfig::kThreads, RowwiseConfig::kMinCtasPerSm)
+__global__ void __launch_bounds__(RowwiseConfig::kThreads,
+                                  kVec ? RowwiseConfig::kMinCtasPerSm : RowwiseConfig::kMinCtasPerSmScalar)
     quantize_fp8_1x128_rowwise_kernel(const QuantizeParams p) {
   using Cfg = RowwiseConfig;
   constexpr int kUnroll = Cfg::kUnroll<T, kVec>;
