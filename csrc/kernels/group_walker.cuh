@@ -20,7 +20,7 @@ struct WorkTile {
                      // it and the next group's columns follow (the consumers zero them); 0 otherwise
   int k_shift;       // contiguous-K only: k_col % 16. Non-zero: TMA cannot start a box there, so the
                      // producer loads the 16-aligned window k_col + 128 kb - k_shift and shifts it
-                     // into place in shared memory (MainloopSm90::shift_tile), zeroing past the group
+                     // into place in shared memory (MainloopSm90::shift_stages), zeroing past the group
   int last_valid;    // contiguous-K only: valid columns of the last block (1 to 128)
 };
 

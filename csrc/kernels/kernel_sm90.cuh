@@ -45,7 +45,7 @@ struct GemmParamsSm90 {
   std::conditional_t<kMode_ == GroupMode::Packed, PackedGroups, NoPackedGroups> packed;
   const int* group_k = nullptr;        // Contiguous: the user's int32 sizes
   const uint8_t* a = nullptr;          // Contiguous: the operands and their row strides (bytes), for
-  const uint8_t* b = nullptr;          // the 16 bytes past a shifted window (MainloopSm90::shift_tile)
+  const uint8_t* b = nullptr;          // the 16 bytes past a shifted window (MainloopSm90::shift_stages)
   int64_t lda = 0, ldb = 0;
   int k = 0;                           // Dense: K; Contiguous: K_total
   PersistentTileScheduler scheduler{};
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   // No leader: the producer thread posts each stage's expected bytes itself (MainloopSm90::load_tile),
   // because a shifted stage's full barrier must wait for the shifters' arrival.
   pipeline_params.is_leader = 0;
-  pipeline_params.num_consumers = Mainloop::kNumConsumerThreads;
+  pipeline_params.num_consumers = Mainloop::template kEmptyArrivals<Params::kMode>;
   // The CTAs of a cluster consume each other's multicast A slices: every consumer warpgroup releases
   // a stage to every producer of the cluster (CUTLASS's PipelineTmaAsync does this for an N x 1 cluster).
   Pipeline pipeline(smem.mainloop.pipeline, pipeline_params, Shape<Int<kClusterSize>, _1, _1>{});

@@ -12,10 +12,13 @@
 // its own K offset (a box's innermost coordinate must be 16-byte aligned). For its blocks the producer
 // thread loads the aligned window that starts k_shift columns early onto the stage's staging barrier,
 // and the other three warps of the producer warpgroup ("shifters") shift each row k_shift bytes to the
-// left in shared memory, append the next k_shift bytes (read from global memory), zero what lies past
-// the group, and only then arrive on the stage's full barrier. The consumers see the same tile as for
-// an aligned group. The producer thread tells the shifters what each stage holds through a small
-// record per stage (ShiftJob), published by an arrival on the staging barrier for every stage it fills.
+// left in shared memory, append the next k_shift bytes (from the next stage when it holds the block that
+// follows, else from global memory), zero what lies past the group, and only then arrive on the stage's
+// full barrier. The consumers see the same tile as for an aligned group. The producer thread tells the
+// shifters what each stage holds through a small record per stage (ShiftJob), published by an arrival
+// on the staging barrier for every stage it fills; the shifters release every stage on its empty
+// barrier beside the consumers, so that no stage is refilled (and no job overwritten) before they have
+// seen it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -46,6 +49,10 @@ struct MainloopSm90 {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr int kNumConsumerThreads = 256;
+  static constexpr int kNumShifters = 96;  // contiguous-K: warps 1-3 of the producer warpgroup
+  // Arrivals that release a stage: the consumers, and for contiguous-K the shifters too.
+  template <GroupMode kMode>
+  static constexpr int kEmptyArrivals = kNumConsumerThreads + (kMode == GroupMode::Contiguous ? kNumShifters : 0);
 
   using Element = Fp8;
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
@@ -133,8 +140,11 @@ struct MainloopSm90 {
   // ---- shifters: warps 1-3 of the producer warpgroup, contiguous-K only --------------------------
   // They follow the stages in the producer thread's order: wait for the stage's staging barrier, read
   // its job; for a shifted block, shift every row of A and B in place, then arrive on the stage's full
-  // barrier (its one expected arrival; its transaction bytes are the scales).
-  static constexpr int kNumShifters = 96;
+  // barrier (its one expected arrival; its transaction bytes are the scales). Every shifter then arrives
+  // on the stage's empty barrier, which counts them beside the consumers (kEmptyArrivals): without
+  // that, a run of aligned blocks (which the consumers take without the shifters) could let the
+  // producer fill a stage twice before a late shifter waits on its staging barrier, and a parity wait
+  // would then skip a phase.
   static constexpr int kTileRows = kBlockM + kBlockN;  // A's rows, then B's
   static constexpr int kRowsPerShifter = (kTileRows + kNumShifters - 1) / kNumShifters;
   static_assert(kClusterN == 1, "a shifted window is loaded whole by its own CTA");
@@ -203,6 +213,7 @@ struct MainloopSm90 {
         cutlass::arch::NamedBarrier::sync(kNumShifters, static_cast<uint32_t>(NamedBarrierId::ShiftDone));
         if (shifter == 0) smem.pipeline.full_barrier_[stage].arrive();
       }
+      smem.pipeline.empty_barrier_[stage].arrive();  // this thread is done with the stage and its job
       ++state;
     }
   }
