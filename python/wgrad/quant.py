@@ -11,8 +11,9 @@
   every segment: the contiguous-K operand of `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`;
 - `quantize_fp8_1x128_colwise_segments_padded(x, sizes, pad=32)`: the same with every segment's columns
   of `q_t` padded with zero columns to a multiple of `pad`, plus the padded sizes (on the device): the
-  contiguous-K GEMM then takes any token counts (it needs multiples of 16), and with pad >= 32 the cast
-  writes whole 32-byte sectors (its fast path).
+  contiguous-K GEMM then loads every expert's columns without shifting them (it takes any token counts
+  either way, but groups that start inside a 16-byte chunk cost it a shift in shared memory), and with
+  pad >= 32 the cast writes whole 32-byte sectors (its fast path).
 
 Every scale tensor is `[mn, kb]` in the TMA-aligned MN-major layout (strides `(1, align_up(mn, 4))`).
 `x` of more than 2 dims is seen as `[R, C]` with `R` the product of the leading dims; outputs are 2-D.
@@ -256,8 +257,8 @@ def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[tor
     blocks where the unpadded cast puts them, 0 after) and `padded_sizes` int32 [G] on x's device
     (`align_up(sizes[g], pad)`, the last one `K - sum(others)`), computed on the device: no host
     synchronisation. Feed `(q_t, scales_t)` of both operands and `padded_sizes` to
-    `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`: zero columns add nothing, so expert token counts
-    need not be multiples of 16. pad >= 32 keeps every block on whole 32-byte sectors of `q_t` (the fast
+    `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`: zero columns add nothing, and every expert starts
+    on a 16-byte chunk, which the GEMM loads without shifting. pad >= 32 keeps every block on whole 32-byte sectors of `q_t` (the fast
     store path; README, "Quantization"). `sizes` as in `quantize_fp8_1x128_colwise_segments`."""
     x2 = _as_2d(x)
     return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments_padded(x2, _sizes_tensor(sizes, x2.device), int(pad),
