@@ -23,10 +23,12 @@
 //   out  float32 [G, M, N], stride(2) == 1, stride(1) and stride(0) multiples of 4.
 //
 // k-grouped, contiguous-K; ks is an int32 tensor [G] of sizes (each >= 0, any value: a group that
-//   starts inside a 16-byte chunk is loaded shifted, see mainloop_sm90.cuh) on the operands' device, read only by the kernel (no
-//   host synchronisation; capturable in a CUDA graph). On CUDA the kernel validates the sizes and
-//   leaves out untouched when they break the rules; on the CPU they are checked like any argument.
-//   a    float8_e4m3fn [M, K_total], the rules of dense a; columns [off_g, off_g + ks[g]) are group g's,
+//   starts inside a 16-byte chunk is loaded shifted, see mainloop_sm90.cuh) on the operands' device,
+//   read only by the kernel (no host synchronisation; capturable in a CUDA graph). On CUDA the kernel
+//   validates the sizes and leaves out untouched when they break the rules; on the CPU they are checked
+//   like any argument.
+//   a    float8_e4m3fn [M, K_total], the rules of dense a but for K_total, which may be any value (the
+//        row stride stays a multiple of 16); columns [off_g, off_g + ks[g]) are group g's,
 //        off_g = sum(ks[:g]), and sum(ks) must equal K_total.
 //   b    float8_e4m3fn [N, K_total].
 //   sa   float32 [M, kb_cap] MN-major, kb_cap >= ceil(K_total/128) + G - 1 (the most blocks any split of
