@@ -8,6 +8,9 @@ Environment:
                 headers shipped in the pinned `nvidia-cutlass` wheel.
   MAX_JOBS      parallel compile jobs (read by torch's ninja build).
   NVCC_THREADS  nvcc's own --threads (default 1).
+  WGRAD_DIAG_VARIANTS=1  a measurement build (-DWGRAD_DIAG_VARIANTS): the kernels then read the knob
+                WGRAD_DIAG, whose bits drop parts of the work (wrong results; timing only, see
+                docs/perf-notes.md). Never for a build that is used or shipped.
 """
 
 import importlib.util
@@ -116,6 +119,10 @@ def nvcc_threads_flags():
     return [f"--threads={int(n)}"]
 
 
+def diag_flags():
+    return ["-DWGRAD_DIAG_VARIANTS"] if os.environ.get("WGRAD_DIAG_VARIANTS") == "1" else []
+
+
 def build_extension():
     from torch.utils.cpp_extension import CUDAExtension
 
@@ -123,7 +130,7 @@ def build_extension():
         name="wgrad._C",
         sources=SOURCES,
         include_dirs=INCLUDE_DIRS + cutlass_include_dirs() + cuda_library_include_dirs(),
-        extra_compile_args={"cxx": CXX_FLAGS, "nvcc": NVCC_FLAGS + nvcc_threads_flags()},
+        extra_compile_args={"cxx": CXX_FLAGS, "nvcc": NVCC_FLAGS + nvcc_threads_flags() + diag_flags()},
         extra_link_args=LINK_FLAGS,
     )
 

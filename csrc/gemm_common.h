@@ -38,7 +38,11 @@ void set_scale_and_out_descs(const char* op, GemmParamsSm90<kMode>& p, const at:
 }
 
 template <GroupMode kMode>
-void launch(const char* op, const GemmParamsSm90<kMode>& p, int block_n, const at::Tensor& out) {
+void launch(const char* op, GemmParamsSm90<kMode>& p, int block_n, const at::Tensor& out) {
+#ifdef WGRAD_DIAG_VARIANTS
+  // Measurement build only (docs/perf-notes.md, session 9): the knob's bits drop parts of the work.
+  if (const char* v = std::getenv("WGRAD_DIAG")) p.diag = static_cast<int>(std::strtol(v, nullptr, 10));
+#endif
   TORCH_CHECK(p.scheduler.total_cluster_tiles() < INT32_MAX / 2, op, ": too many output tiles (",
               p.scheduler.total_cluster_tiles(),
               "): the persistent scheduler counts tiles in 32 bits");

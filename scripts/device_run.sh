@@ -2,10 +2,13 @@
 # One device call for kernel work: build, GPU tests, BLOCK_N sweep (scripts/profile_dense.py), an ncu
 # profile of one dense shape, optionally the full benchmark. Logs under $OUT (default out/).
 #   scripts/device_run.sh [--no-tests] [--memcheck] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
+#                         [--diag "BITS,BITS,..."]
+# --diag: also build the measurement variant (WGRAD_DIAG_VARIANTS=1, in a copy of the tree, beside the
+# release build) and time the dense seed shapes with each WGRAD_DIAG value (docs/perf-notes.md, session 9).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
-TESTS=1; MEMCHECK=0; NCU=""; BENCH=""; SWEEP=all
+TESTS=1; MEMCHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) TESTS=0 ;;
@@ -13,6 +16,7 @@ while [ $# -gt 0 ]; do
     --ncu) NCU="$2"; shift ;;
     --bench) BENCH="$2"; shift ;;
     --sweep) SWEEP="$2"; shift ;;
+    --diag) DIAG="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -24,7 +28,17 @@ fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
-t0=$(date +%s); ./scripts/build.sh > "$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+t0=$(date +%s)
+if [ -n "$DIAG" ]; then  # the measurement build, in a copy, beside the release build (half the jobs each)
+  rm -rf /tmp/wgrad_diag && mkdir -p /tmp/wgrad_diag && cp -r csrc python scripts setup.py /tmp/wgrad_diag/
+  rm -f /tmp/wgrad_diag/python/wgrad/_C*.so
+  ( cd /tmp/wgrad_diag && MAX_JOBS=$(( MAX_JOBS / 2 > 0 ? MAX_JOBS / 2 : 1 )) WGRAD_DIAG_VARIANTS=1 ./scripts/build.sh \
+      > "$OUT/build_diag.log" 2>&1 || echo "DIAG BUILD FAILED" ) &
+  MAX_JOBS=$(( MAX_JOBS / 2 > 0 ? MAX_JOBS / 2 : 1 )) ./scripts/build.sh > "$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+  wait
+else
+  ./scripts/build.sh > "$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+fi
 echo "build $(( $(date +%s) - t0 )) s"
 if [ "$TESTS" = 1 ]; then
   t0=$(date +%s); python3 -m pytest tests -q -x -k "gpu or cuda" > "$OUT/pytest.log" 2>&1
@@ -41,6 +55,12 @@ if [ "$SWEEP" != none ]; then
   if [ "$SWEEP" = all ]; then python3 scripts/profile_dense.py sweep > "$OUT/sweep.txt" 2>&1
   else python3 scripts/profile_dense.py sweep $SWEEP > "$OUT/sweep.txt" 2>&1; fi
   echo "sweep $(( $(date +%s) - t0 )) s"; cat "$OUT/sweep.txt"
+fi
+if [ -n "$DIAG" ]; then
+  t0=$(date +%s)
+  ( cd /tmp/wgrad_diag && PYTHONPATH=/tmp/wgrad_diag/python:${PYTHONPATH#*:} SWEEP_BN=auto SWEEP_ENV=WGRAD_DIAG=$DIAG \
+      python3 scripts/profile_dense.py sweep ) > "$OUT/diag_sweep.txt" 2>&1
+  echo "diag sweep $(( $(date +%s) - t0 )) s"; cat "$OUT/diag_sweep.txt"
 fi
 if [ -n "$NCU" ]; then
   t0=$(date +%s); tag=ncu_${NCU//,/x}

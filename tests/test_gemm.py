@@ -296,6 +296,15 @@ def test_gpu_every_tile_width(monkeypatch, block_n, m, n, k):
     _gpu_check_accuracy(m, n, k, seed=block_n + m)
 
 
+@pytest.mark.parametrize("m, n, k", [pytest.param(*s, marks=GPU_MARKS) for s in [(129, 4097, 1008), (7168, 2112, 4096)]])
+def test_gpu_measurement_knob_has_no_effect_in_a_release_build(monkeypatch, m, n, k):
+    """WGRAD_DIAG (every bit set: no promotion, no epilogue, ...) is read only by a measurement build
+    (-DWGRAD_DIAG_VARIANTS, docs/perf-notes.md): the extension under test must ignore it. (Run on a
+    measurement build, this test fails, as it should: such a build is not for shipping.)"""
+    monkeypatch.setenv("WGRAD_DIAG", "127")
+    _gpu_check_accuracy(m, n, k, seed=m + k)
+
+
 @pytest.mark.parametrize("m, n", [pytest.param(m, n, marks=GPU_MARKS) for m, n in [(1, 1), (33, 129), (4097, 255)]])
 def test_gpu_k_zero_leaves_out_bitwise_untouched(m, n):
     op = make_dense(m, n, 0, device="cuda")

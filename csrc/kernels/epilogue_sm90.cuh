@@ -50,7 +50,7 @@ struct EpilogueSm90 {
   // issues its reduce-add, and the next slice waits until that store has read the buffer.
   template <class Accum>
   __device__ static void store(const CUtensorMap* tma_out, const OutView& out, SharedStorage& smem,
-                               const Accum& acc, const TileCoord& c, int consumer_tid) {
+                               const Accum& acc, const TileCoord& c, int consumer_tid, int diag) {
     const int wg = consumer_tid / 128;
     const int wg_tid = consumer_tid % 128;
     const int warp = wg_tid / 32;
@@ -69,6 +69,7 @@ struct EpilogueSm90 {
       cutlass::arch::NamedBarrier::sync(128, barrier);
       CUTE_UNROLL
       for (int j = 0; j < kSliceCols / 8; ++j) {
+        if (diag & kDiagNoStaging) break;
         const int i = kFragPerM * slice + 4 * j;
         *reinterpret_cast<float2*>(&buf[r * kSliceCols + 8 * j + c0]) = make_float2(acc(i + 0), acc(i + 1));
         *reinterpret_cast<float2*>(&buf[(r + 8) * kSliceCols + 8 * j + c0]) = make_float2(acc(i + 2), acc(i + 3));
@@ -76,7 +77,11 @@ struct EpilogueSm90 {
       cutlass::arch::fence_view_async_shared();  // generic-proxy writes, read next by the TMA unit
       cutlass::arch::NamedBarrier::sync(128, barrier);
       if (wg_tid == 0 && n0 < out.tma_cols) {
-        cute::SM90_TMA_REDUCE_ADD_3D::copy(tma_out, buf, n0, m0 + slice * kRowsPerSlice, c.group);
+        if (diag & kDiagPlainStore) {
+          cute::SM90_TMA_STORE_3D::copy(tma_out, buf, n0, m0 + slice * kRowsPerSlice, c.group);
+        } else {
+          cute::SM90_TMA_REDUCE_ADD_3D::copy(tma_out, buf, n0, m0 + slice * kRowsPerSlice, c.group);
+        }
         cute::tma_store_arrive();
       }
     }

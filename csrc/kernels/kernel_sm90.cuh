@@ -50,6 +50,9 @@ struct GemmParamsSm90 {
   int k = 0;                           // Dense: K; Contiguous: K_total
   PersistentTileScheduler scheduler{};
   OutView out;  // out itself, for the columns past N & ~3 that the TMA store leaves to the threads
+#ifdef WGRAD_DIAG_VARIANTS
+  int diag = 0;  // measurement build only: bits kDiag* of tile_config.h (the knob WGRAD_DIAG)
+#endif
 };
 
 // Register budgets (setmaxnreg): 56 x 128 + 224 x 256 = 64512 <= 65536 registers of an SM. The
@@ -186,11 +189,13 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
     Tensor scratch0 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
     Tensor scratch1 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
     typename Mainloop::PipelineState state;
+    const int diag = diag_of(p);
     for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
       const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
       if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
-      Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid);
-      Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid);
+      Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid, diag);
+      if (diag & kDiagNoEpilogue) continue;
+      Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid, diag);
     }
     Epilogue::drain(consumer_tid);
   }

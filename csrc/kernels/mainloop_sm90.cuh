@@ -34,6 +34,16 @@
 
 namespace wgrad {
 
+// The measurement variants' bits (tile_config.h): 0 unless this is a measurement build.
+template <class Params>
+__device__ __forceinline__ int diag_of([[maybe_unused]] const Params& p) {
+#ifdef WGRAD_DIAG_VARIANTS
+  return p.diag;
+#else
+  return 0;
+#endif
+}
+
 // One stage's job for the shifters (contiguous-K). shift == 0: the stage was loaded aligned, nothing
 // to do; shift < 0: the producer is done, no more stages follow.
 struct ShiftJob {
@@ -79,6 +89,7 @@ struct MainloopSm90 {
   static constexpr uint32_t kOperandBytes = static_cast<uint32_t>(sizeof(Element) * (kBlockM + kBlockN) * kBlockK);
   static constexpr uint32_t kScaleBytes = static_cast<uint32_t>(sizeof(float) * (kBlockM + kBlockN));
   static constexpr uint32_t kTransactionBytes = kOperandBytes + kScaleBytes;
+  static constexpr uint32_t kBytesB = static_cast<uint32_t>(sizeof(Element) * kBlockN * kBlockK);
 
   // ---- producer: one elected thread ----------------------------------------------------------------
   // With a cluster the A tile is shared by its CTAs (same m block): CTA `rank` loads rows
@@ -105,6 +116,7 @@ struct MainloopSm90 {
       const int k0 = w.k_col + kb * kBlockK;
       const int scale_col = w.k_block_base + kb;
       const int k_load = k0 - w.k_shift;
+      const bool skip_b = Params::kMode != GroupMode::Contiguous && (diag_of(p) & kDiagHalfB) && (kb & 1);
       // Aligned: everything lands on the full barrier. Shifted: the operand windows land on the staging
       // barrier, and the full barrier expects the scales now and the shifters' arrival later.
       uint64_t* operand_bar = full;
@@ -121,7 +133,7 @@ struct MainloopSm90 {
           ClusterTransactionBarrier::arrive_and_expect_tx(operand_bar, kOperandBytes);
         }
       } else {
-        ClusterTransactionBarrier::arrive_and_expect_tx(full, kTransactionBytes);
+        ClusterTransactionBarrier::arrive_and_expect_tx(full, kTransactionBytes - (skip_b ? kBytesB : 0u));
       }
       if constexpr (kClusterN == 1) {
         cute::SM90_TMA_LOAD_2D::copy(desc_a, operand_bar, kEvictNormal, smem.a + stage * kBlockM * kBlockK, k_load, m0);
@@ -130,7 +142,9 @@ struct MainloopSm90 {
                                                smem.a + stage * kBlockM * kBlockK + rank * kRowsA * kBlockK, k_load,
                                                m0 + rank * kRowsA);
       }
-      cute::SM90_TMA_LOAD_2D::copy(desc_b, operand_bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k_load, n0);
+      if (!skip_b) {
+        cute::SM90_TMA_LOAD_2D::copy(desc_b, operand_bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k_load, n0);
+      }
       cute::SM90_TMA_LOAD_2D::copy(&p.tma_sa, full, kEvictNormal, smem.sa[stage], m0, scale_col);
       cute::SM90_TMA_LOAD_2D::copy(&p.tma_sb, full, kEvictNormal, smem.sb[stage], n0, scale_col);
       ++state;
@@ -319,7 +333,7 @@ struct MainloopSm90 {
   template <class Accum, class Scratch>
   __device__ static void mma_tile(Pipeline& pipeline, PipelineState& state, SharedStorage& smem,
                                   const WorkTile& w, Accum& acc, Scratch& scratch0, Scratch& scratch1,
-                                  int consumer_tid) {
+                                  int consumer_tid, int diag) {
     using namespace cute;
     TiledMma tiled_mma;
     auto thr_mma = tiled_mma.get_thread_slice(consumer_tid);
@@ -335,10 +349,10 @@ struct MainloopSm90 {
     const int col0 = wg * (kBlockN / 2) + 2 * (lane % 4);  // + 8 j, + {0, 1}
 
     // The four k32 WGMMAs of one m64 half of a K block, as one commit group.
-    auto issue_half = [&](int m, int stage, Scratch& scratch) {
+    auto issue_half = [&](int m, int stage, Scratch& scratch, int kb) {
       warpgroup_fence_operand(scratch);
       warpgroup_arrive();
-      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      tiled_mma.accumulate_ = (diag & kDiagNoPromotion) && kb > 0 ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero;
       CUTE_UNROLL
       for (int k = 0; k < size<2>(tCrA); ++k) {
         cute::gemm(tiled_mma, tCrA(_, m, k, stage), tCrB(_, 0, k, stage), scratch(_, 0, 0));
@@ -356,8 +370,15 @@ struct MainloopSm90 {
       CUTE_UNROLL
       for (int j = 0; j < kColGroups; ++j) sb[j] = *reinterpret_cast<const float2*>(&smem.sb[stage][8 * j + col0]);
     };
-    auto promote_half = [&](int m, Scratch& scratch) {
+    auto promote_half = [&](int m, Scratch& scratch, int kb) {
       warpgroup_fence_operand(scratch);
+      if (diag & kDiagNoPromotion) {  // measurement variant: the tile's WGMMAs accumulate in scratch
+        if (kb == w.num_k_blocks - 1) {
+          CUTE_UNROLL
+          for (int v = 0; v < kFragPerM; ++v) acc(kFragPerM * m + v) = scratch(v);
+        }
+        return;
+      }
       CUTE_UNROLL
       for (int j = 0; j < kColGroups; ++j) {
         const int i = kFragPerM * m + 4 * j;
@@ -377,13 +398,14 @@ struct MainloopSm90 {
       pipeline.consumer_wait(state);
       const int stage = state.index();
       prepare(kb, stage);
-      load_scales(stage);  // before the WGMMAs: shared-memory loads wait behind their operand reads
-      issue_half(0, stage, scratch0);
-      issue_half(1, stage, scratch1);
+      // Scales before the WGMMAs: shared-memory loads wait behind their operand reads.
+      if (!(diag & kDiagScalesOnce) || kb == 0) load_scales(stage);
+      issue_half(0, stage, scratch0, kb);
+      issue_half(1, stage, scratch1, kb);
       warpgroup_wait<1>();  // m0 done, m1 may still run
-      promote_half(0, scratch0);
+      promote_half(0, scratch0, kb);
       warpgroup_wait<0>();
-      promote_half(1, scratch1);
+      promote_half(1, scratch1, kb);
       // Released after the last use of the scale registers: only then have their shared-memory loads
       // provably completed (the next TMA write into this stage must not overtake them).
       pipeline.consumer_release(state);

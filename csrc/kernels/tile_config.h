@@ -71,4 +71,15 @@ inline int select_block_n(int64_t m, int64_t n, int64_t batches, int num_sms) {
   return best;
 }
 
+// Measurement variants ("where the time goes", docs/perf-notes.md, session 9): bits of `diag`, which
+// only a build with -DWGRAD_DIAG_VARIANTS (setup.py: WGRAD_DIAG_VARIANTS=1) reads from the tuning knob
+// WGRAD_DIAG; everywhere else diag is the constant 0 and the branches compile away. Each bit drops
+// part of the work, so the results are wrong: for timing only.
+constexpr int kDiagScalesOnce = 1;   // load the scales at a tile's first K block only
+constexpr int kDiagNoPromotion = 2;  // accumulate a whole tile in the WGMMA scratch, no promotion
+constexpr int kDiagNoEpilogue = 4;   // no epilogue at all
+constexpr int kDiagPlainStore = 32;  // the epilogue's TMA stores overwrite out instead of adding
+constexpr int kDiagNoStaging = 64;   // the epilogue stores whatever its smem buffer holds (no STS)
+constexpr int kDiagHalfB = 128;      // dense and packed: B is loaded for every other K block only
+
 }  // namespace wgrad
