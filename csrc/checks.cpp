@@ -5,6 +5,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/core/ScalarType.h>
 
+#include <cstdlib>
+
 #include "ops.h"
 
 namespace wgrad {
@@ -80,6 +82,12 @@ void check_sm90(const char* op, const at::Tensor& t) {
 }
 
 int num_sms_of(const at::Tensor& t) { return at::cuda::getDeviceProperties(t.device().index())->multiProcessorCount; }
+
+bool parse_knob_int(const char* v, long* n) {
+  char* end = nullptr;
+  *n = std::strtol(v, &end, 10);
+  return *v != '\0' && *end == '\0';
+}
 
 void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
                                       const at::Tensor& sb, const at::Tensor& out) {

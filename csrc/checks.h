@@ -28,4 +28,7 @@ void check_sm90(const char* op, const at::Tensor& t);
 // SMs of t's CUDA device: the persistent kernels size their grids by it.
 int num_sms_of(const at::Tensor& t);
 
+// A tuning knob's value as a whole decimal integer: false for "", "2x", "yes".
+bool parse_knob_int(const char* v, long* n);
+
 }  // namespace wgrad

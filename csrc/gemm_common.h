@@ -41,7 +41,11 @@ template <GroupMode kMode>
 void launch(const char* op, GemmParamsSm90<kMode>& p, int block_n, const at::Tensor& out) {
 #ifdef WGRAD_DIAG_VARIANTS
   // Measurement build only (docs/perf-notes.md, session 9): the knob's bits drop parts of the work.
-  if (const char* v = std::getenv("WGRAD_DIAG")) p.diag = static_cast<int>(std::strtol(v, nullptr, 10));
+  if (const char* v = std::getenv("WGRAD_DIAG")) {
+    long bits = 0;
+    TORCH_CHECK(parse_knob_int(v, &bits), "WGRAD_DIAG must be an integer (bits of kDiag*), got '", v, "'");
+    p.diag = static_cast<int>(bits);
+  }
 #endif
   TORCH_CHECK(p.scheduler.total_cluster_tiles() < INT32_MAX / 2, op, ": too many output tiles (",
               p.scheduler.total_cluster_tiles(),

@@ -108,13 +108,6 @@ int64_t rowwise_ctas_per_sm() {
   return n == 0 ? std::numeric_limits<int32_t>::max() : n;
 }
 
-// A tuning knob's value as a whole decimal integer: false for "", "2x", "yes".
-bool parse_knob_int(const char* v, long* n) {
-  char* end = nullptr;
-  *n = std::strtol(v, &end, 10);
-  return *v != '\0' && *end == '\0';
-}
-
 // The tile order of the segments kernel (TileOrder in quantize_colwise_sm90.cuh): -1 lets the kernel
 // choose (choose_segment_order), 0 one contiguous range of blocks per consumer group, S >= 1 strips of S
 // consecutive blocks dealt round-robin (1: row-major). Tuning knob WGRAD_SEGMENT_ORDER = auto (or unset) |

@@ -28,17 +28,16 @@ fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
-t0=$(date +%s)
+t0=$(date +%s); JOBS=$MAX_JOBS
 if [ -n "$DIAG" ]; then  # the measurement build, in a copy, beside the release build (half the jobs each)
+  JOBS=$(( MAX_JOBS / 2 > 0 ? MAX_JOBS / 2 : 1 ))
   rm -rf /tmp/wgrad_diag && mkdir -p /tmp/wgrad_diag && cp -r csrc python scripts setup.py /tmp/wgrad_diag/
   rm -f /tmp/wgrad_diag/python/wgrad/_C*.so
-  ( cd /tmp/wgrad_diag && MAX_JOBS=$(( MAX_JOBS / 2 > 0 ? MAX_JOBS / 2 : 1 )) WGRAD_DIAG_VARIANTS=1 ./scripts/build.sh \
-      > "$OUT/build_diag.log" 2>&1 || echo "DIAG BUILD FAILED" ) &
-  MAX_JOBS=$(( MAX_JOBS / 2 > 0 ? MAX_JOBS / 2 : 1 )) ./scripts/build.sh > "$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
-  wait
-else
-  ./scripts/build.sh > "$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+  ( cd /tmp/wgrad_diag && MAX_JOBS=$JOBS WGRAD_DIAG_VARIANTS=1 ./scripts/build.sh > "$OUT/build_diag.log" 2>&1 \
+      || echo "DIAG BUILD FAILED" ) &
 fi
+MAX_JOBS=$JOBS ./scripts/build.sh > "$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+wait
 echo "build $(( $(date +%s) - t0 )) s"
 if [ "$TESTS" = 1 ]; then
   t0=$(date +%s); python3 -m pytest tests -q -x -k "gpu or cuda" > "$OUT/pytest.log" 2>&1
