@@ -525,13 +525,16 @@ def test_gpu_segments_many_tiles_per_cta():
 
 
 @sm90
+@pytest.mark.parametrize("order", ["auto", "ranges"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_gpu_segments_long_runs_of_blocks(dtype):
+def test_gpu_segments_long_runs_of_blocks(dtype, order, monkeypatch):
     # Segments that start inside 32-byte sectors, and at least 12 tiles per consumer group: the column
-    # kernel quantizes runs of consecutive row blocks per group and hands the sector a block ends inside
+    # kernel quantizes runs of consecutive row blocks per group (auto: strips of 13 blocks for bf16, 37
+    # for fp32, choose_segment_order; or one range per group) and hands the sector a block ends inside
     # on to the next block (gs.carry, TileOrder in quantize_colwise_sm90.cuh). Segment starts at every
     # offset within a sector, segments shorter than a sector (one block inside one sector, several in a
     # row), empty ones, and a partial last column tile.
+    monkeypatch.setenv("WGRAD_SEGMENT_ORDER", order)
     rows, cols = 200_000, 264
     head = [5, 17, 31, 1, 16, 0, 33, 3, 2, 29, 64, 7, 0, 0, 48, 1000, 129, 127, 15, 200, 2500, 96, 31, 1]
     gen = torch.Generator().manual_seed(83)
@@ -542,7 +545,7 @@ def test_gpu_segments_long_runs_of_blocks(dtype):
     used_blocks = int(((sizes + 127) // 128).sum())
     tiles = used_blocks * ((cols + 127) // 128)
     workers = min(tiles, torch.cuda.get_device_properties(0).multi_processor_count) * (1 if dtype == torch.float32 else 3)
-    assert tiles >= 12 * workers, "the shape must keep the kernel in runs (kRunTilesPerWorker)"
+    assert tiles >= 12 * workers, "the shape must give the kernel long runs (strips of >= 12 blocks)"
     x = _random_x(rows, cols, dtype, seed=87)
     _check_gpu_op("segments", x, False, sizes)
 

@@ -129,31 +129,48 @@ struct QuantTile {
 
 // The order of the tiles, the same in every CTA of a launch. Tiles are dealt out as units of consecutive
 // row blocks of one column tile; a group ("worker") quantizes a unit's blocks one after the other.
-//   Strips of S blocks (TileOrder::strip = S >= 1; S = 1 is plain row-major, what Colwise, Both and
-//     ColwiseSegments use): the units in row-major order (strips of rows outer, column tiles inner) go
-//     round-robin to the CTAs, and a CTA's units in turn to its groups, so that the CTAs work on
-//     neighbouring column tiles of the same rows at the same time.
+//   Strips of S blocks (TileOrder::strip = S >= 1; S = 1 is plain row-major, what Colwise and Both use):
+//     the units in row-major order (strips of rows outer, column tiles inner) go round-robin to the CTAs,
+//     and a CTA's units in turn to its groups, so that the CTAs work on neighbouring column tiles of the
+//     same rows at the same time.
 //   Ranges (strip = 0): column-major, every worker one contiguous range (ranges differ by at most one
 //     tile).
 // Within a unit, consecutive blocks of a column let a group write q_t in whole 32-byte sectors across the
 // block boundary (see the q_t stores); that is why ColwiseSegments whose segments start inside a sector
-// use units longer than one block. Measured (H200, bf16, % of a copy; segments split as the benchmark's,
-// rounded to 16 rows / not rounded): 16384 x 7168: ranges 74.8 / 74.2, row-major 55.5 / 57.8; but
-// 4096 x 7168 (5.5 tiles per worker): ranges 68.5 / 69.9, row-major 76.4 / 69.0, and with 32-aligned
-// starts row-major is ahead at every size (no sector is shared). Strips of 2 to 6 blocks (session 6,
-// `scripts/profile_quant.py order-sweep`) win nowhere consistently: 8192 x 4096 unaligned 57 % row-major,
-// 62 % strips of 2, 65 % of 6, 62 % ranges, but 8192 x 2112 66 / 65 / 59 / 63 %, and on 32-aligned
-// starts they cost up to 6 points (4096 x 7168: 81 % row-major, 75 % strips of 4). So the kernel picks
-// row-major or ranges; strips are a tuning option (WGRAD_SEGMENT_ORDER).
+// use units longer than one block (choose_segment_order). With 32-aligned starts no sector is shared and
+// row-major is ahead at every size (4096 x 7168: 81 % of a copy row-major, 75 % strips of 4).
 // ColwiseSegments tiles are the used row blocks (table entries [0, blocks_per_col)) of every column
 // tile; the unused scale columns are filled separately. (Ranges that also counted them left some workers
 // a tile more than others: -11 points of a copy at 8192 x 2112.)
-constexpr int64_t kRunTilesPerWorker = 12;
+constexpr int32_t kMaxAutoStrip = 64;  // longer strips: ranges
+constexpr int32_t kMinAutoStrip = 4;   // shorter strips: row-major
 
-// ColwiseSegments: the order when not forced by the tuning knob (TileOrder::strip).
-__device__ __forceinline__ int32_t choose_segment_order(bool inside_sector, int32_t tiles, int32_t workers) {
+// ColwiseSegments: the order when not forced by the tuning knob (TileOrder::strip). Segments that start
+// inside a sector: the longest strip S that leaves no worker more tiles than row-major does (ceil(T / W)
+// for T tiles and W workers; strips of S give S * ceil(ceil(B / S) * C / W) for B blocks per column and
+// C column tiles), so that S - 1 of every S block boundaries write whole sectors at no cost in balance.
+// Strips shorter than kMinAutoStrip stay row-major, and beyond kMaxAutoStrip tiles per worker the order
+// is ranges (balanced to one tile, and a sector shared only where a range ends). Measured (H200 session
+// 10, `scripts/profile_quant.py order-sweep`, bf16, % of a copy, unaligned segments as the benchmark's;
+// row-major / ranges / this rule's S): 4096 x 7168 66.6 / 68.0 / 71.3 (S = 6), 8192 x 4096 61.1 / 62.6 /
+// 64.5 (6), 4096 x 24576 58.4 / 71.5 / 73.4 (18), 16384 x 7168 57.2 / 74.4 / 73.8 (19); 8192 x 2112
+// (S = 3, so row-major) 70.4 / 63.0 / 69.3 for strips of 3. (Until then: ranges from 12 tiles per
+// worker on, else row-major.)
+// Every thread of the CTA calls it with the same arguments (whole warps: lane l tries S = l + 1, l + 33).
+__device__ __forceinline__ int32_t choose_segment_order(bool inside_sector, int32_t blocks_per_col,
+                                                        int32_t num_col_tiles, int32_t workers) {
   if (!inside_sector) return 1;
-  return tiles >= kRunTilesPerWorker * workers ? 0 : 1;
+  const int32_t tiles = blocks_per_col * num_col_tiles;
+  const int32_t per_worker = (tiles + workers - 1) / workers;  // row-major's (S = 1) most tiles per worker
+  if (per_worker > kMaxAutoStrip) return 0;
+  int32_t best = 1;
+  for (int32_t s = static_cast<int32_t>(threadIdx.x % 32) + 1; s <= per_worker; s += 32) {
+    const int32_t units = (blocks_per_col + s - 1) / s * num_col_tiles;
+    if (s * ((units + workers - 1) / workers) == per_worker) best = s;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) best = max(best, __shfl_xor_sync(0xFFFFFFFFu, best, off));
+  return best < kMinAutoStrip ? 1 : best;
 }
 
 // 32-bit counts: the host checks that the tiles of a launch fit (launch_colwise_sm90).
@@ -417,7 +434,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     inside_sector = __syncthreads_or(inside_sector);
     strip = params.segment_order >= 0
                 ? params.segment_order
-                : choose_segment_order(inside_sector, blocks_per_col * static_cast<int32_t>(params.num_col_tiles),
+                : choose_segment_order(inside_sector, blocks_per_col, static_cast<int32_t>(params.num_col_tiles),
                                        workers);
   }
   const TileOrder order =
