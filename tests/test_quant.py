@@ -545,7 +545,7 @@ def test_gpu_segments_long_runs_of_blocks(dtype, order, monkeypatch):
     used_blocks = int(((sizes + 127) // 128).sum())
     tiles = used_blocks * ((cols + 127) // 128)
     workers = min(tiles, torch.cuda.get_device_properties(0).multi_processor_count) * (1 if dtype == torch.float32 else 3)
-    assert tiles >= 12 * workers, "the shape must give the kernel long runs (strips of >= 12 blocks)"
+    assert tiles >= 12 * workers, "the shape must give every consumer group at least 12 tiles (long runs)"
     x = _random_x(rows, cols, dtype, seed=87)
     _check_gpu_op("segments", x, False, sizes)
 

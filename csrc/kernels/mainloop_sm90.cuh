@@ -160,6 +160,7 @@ struct MainloopSm90 {
   // producer fill a stage twice before a late shifter waits on its staging barrier, and a parity wait
   // would then skip a phase.
   static constexpr int kTileRows = kBlockM + kBlockN;  // A's rows, then B's
+  static_assert(kBlockM % 8 == 0, "row r of the stacked tiles has the swizzle r % 8, in A and in B");
   static constexpr int kRowsPerShifter = (kTileRows + kNumShifters - 1) / kNumShifters;
   static_assert(kClusterN == 1, "a shifted window is loaded whole by its own CTA");
 
@@ -298,16 +299,12 @@ struct MainloopSm90 {
   // K-major tile sits at r * 128 + ((k / 16) ^ (r % 8)) * 16 + k % 16. Both warpgroups share B, so
   // all 256 consumer threads split the work and meet at a named barrier.
   __device__ static void zero_tail(SharedStorage& smem, int stage, int valid, int consumer_tid) {
-    uint8_t* a = reinterpret_cast<uint8_t*>(smem.a + stage * kBlockM * kBlockK);
-    uint8_t* b = reinterpret_cast<uint8_t*>(smem.b + stage * kBlockN * kBlockK);
     const int first_chunk = valid / 16;
     const int chunks = kBlockK / 16 - first_chunk;
-    for (int i = consumer_tid; i < (kBlockM + kBlockN) * chunks; i += kNumConsumerThreads) {
+    for (int i = consumer_tid; i < kTileRows * chunks; i += kNumConsumerThreads) {
       const int r = i / chunks;
       const int chunk = first_chunk + i % chunks;
-      uint8_t* row = r < kBlockM ? a + r * kBlockK : b + (r - kBlockM) * kBlockK;
-      const int rr = r < kBlockM ? r : r - kBlockM;
-      uint8_t* dst = row + ((chunk ^ (rr % 8)) * 16);
+      uint8_t* dst = row_ptr(smem, stage, r) + ((chunk ^ (r % 8)) * 16);
       const int from = chunk == first_chunk ? valid % 16 : 0;
       for (int j = from; j < 16; ++j) dst[j] = 0;
     }

@@ -142,6 +142,29 @@ struct QuantTile {
 // ColwiseSegments tiles are the used row blocks (table entries [0, blocks_per_col)) of every column
 // tile; the unused scale columns are filled separately. (Ranges that also counted them left some workers
 // a tile more than others: -11 points of a copy at 8192 x 2112.)
+
+// 32-bit counts: the host checks that the tiles of a launch fit (launch_colwise_sm90).
+struct TileOrder {
+  int32_t blocks_per_col;  // row blocks per column tile
+  int32_t num_col_tiles;
+  int32_t strip;           // row blocks per unit; 0: one contiguous range per worker (column-major)
+  int32_t strips_per_col;  // ceil(blocks_per_col / strip)
+  int32_t workers;         // gridDim.x * groups
+  __host__ __device__ int32_t num_tiles() const { return blocks_per_col * num_col_tiles; }
+  __host__ __device__ int32_t num_units() const { return strip == 0 ? workers : strips_per_col * num_col_tiles; }
+};
+
+__device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int32_t num_col_tiles, int32_t strip,
+                                                     int32_t workers) {
+  TileOrder o;
+  o.blocks_per_col = blocks_per_col;
+  o.num_col_tiles = num_col_tiles;
+  o.strip = strip;
+  o.strips_per_col = strip == 0 ? 0 : (blocks_per_col + strip - 1) / strip;
+  o.workers = workers;
+  return o;
+}
+
 constexpr int32_t kMaxAutoStrip = 64;  // longer strips: ranges
 constexpr int32_t kMinAutoStrip = 4;   // shorter strips: row-major
 
@@ -165,34 +188,12 @@ __device__ __forceinline__ int32_t choose_segment_order(bool inside_sector, int3
   if (per_worker > kMaxAutoStrip) return 0;
   int32_t best = 1;
   for (int32_t s = static_cast<int32_t>(threadIdx.x % 32) + 1; s <= per_worker; s += 32) {
-    const int32_t units = (blocks_per_col + s - 1) / s * num_col_tiles;
+    const int32_t units = make_tile_order(blocks_per_col, num_col_tiles, s, workers).num_units();
     if (s * ((units + workers - 1) / workers) == per_worker) best = s;
   }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) best = max(best, __shfl_xor_sync(0xFFFFFFFFu, best, off));
   return best < kMinAutoStrip ? 1 : best;
-}
-
-// 32-bit counts: the host checks that the tiles of a launch fit (launch_colwise_sm90).
-struct TileOrder {
-  int32_t blocks_per_col;  // row blocks per column tile
-  int32_t num_col_tiles;
-  int32_t strip;           // row blocks per unit; 0: one contiguous range per worker (column-major)
-  int32_t strips_per_col;  // ceil(blocks_per_col / strip)
-  int32_t workers;         // gridDim.x * groups
-  __host__ __device__ int32_t num_tiles() const { return blocks_per_col * num_col_tiles; }
-  __host__ __device__ int32_t num_units() const { return strip == 0 ? workers : strips_per_col * num_col_tiles; }
-};
-
-__device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int32_t num_col_tiles, int32_t strip,
-                                                     int32_t workers) {
-  TileOrder o;
-  o.blocks_per_col = blocks_per_col;
-  o.num_col_tiles = num_col_tiles;
-  o.strip = strip;
-  o.strips_per_col = strip == 0 ? 0 : (blocks_per_col + strip - 1) / strip;
-  o.workers = workers;
-  return o;
 }
 
 // A worker's walk over its units: tiles counted as column-major linear indices (col_tile *
