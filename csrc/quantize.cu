@@ -163,6 +163,11 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   params.segments = segments;
   params.segment_order = kMode == QuantMode::ColwiseSegments ? segment_order_knob() : 1;
   params.num_col_tiles = ceil_div(p.cols, kScaleBlockK);
+#ifdef WGRAD_DIAG_VARIANTS
+  // Measurement build only: WGRAD_QUANT_PROBE=1 makes two CTAs print their start-up clock marks.
+  const char* probe = std::getenv("WGRAD_QUANT_PROBE");
+  params.probe = probe != nullptr && std::strcmp(probe, "1") == 0;
+#endif
   const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
   const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
   const uint32_t box[2] = {static_cast<uint32_t>(Cfg::kTileCols), static_cast<uint32_t>(Cfg::kBoxRows)};

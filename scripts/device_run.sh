@@ -2,13 +2,15 @@
 # One device call for kernel work: build, GPU tests, BLOCK_N sweep (scripts/profile_dense.py), an ncu
 # profile of one dense shape, optionally the full benchmark. Logs under $OUT (default out/).
 #   scripts/device_run.sh [--no-tests] [--memcheck] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
-#                         [--diag "BITS,BITS,..."]
+#                         [--diag "BITS,BITS,..."] [--probe "R,C R,C ..."|default]
 # --diag: also build the measurement variant (WGRAD_DIAG_VARIANTS=1, in a copy of the tree, beside the
 # release build) and time the dense seed shapes with each WGRAD_DIAG value (docs/perf-notes.md, session 9).
+# --probe: the quantization start-up study (scripts/profile_quant.py startup) in the release build and,
+# for its clock probes, in the measurement build (built as for --diag).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
-TESTS=1; MEMCHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""
+TESTS=1; MEMCHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""; PROBE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) TESTS=0 ;;
@@ -17,6 +19,7 @@ while [ $# -gt 0 ]; do
     --bench) BENCH="$2"; shift ;;
     --sweep) SWEEP="$2"; shift ;;
     --diag) DIAG="$2"; shift ;;
+    --probe) PROBE="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -29,7 +32,7 @@ export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} CUDA_HOME=${CUDA_HOME:-
 export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
 t0=$(date +%s); JOBS=$MAX_JOBS
-if [ -n "$DIAG" ]; then  # the measurement build, in a copy, beside the release build (half the jobs each)
+if [ -n "$DIAG$PROBE" ]; then  # the measurement build, in a copy, beside the release build (half the jobs each)
   JOBS=$(( MAX_JOBS / 2 > 0 ? MAX_JOBS / 2 : 1 ))
   rm -rf /tmp/wgrad_diag && mkdir -p /tmp/wgrad_diag && cp -r csrc python scripts setup.py /tmp/wgrad_diag/
   rm -f /tmp/wgrad_diag/python/wgrad/_C*.so
@@ -60,6 +63,13 @@ if [ -n "$DIAG" ]; then
   ( cd /tmp/wgrad_diag && PYTHONPATH=/tmp/wgrad_diag/python:${PYTHONPATH#*:} SWEEP_BN=auto SWEEP_ENV=WGRAD_DIAG=$DIAG \
       python3 scripts/profile_dense.py sweep ) > "$OUT/diag_sweep.txt" 2>&1
   echo "diag sweep $(( $(date +%s) - t0 )) s"; cat "$OUT/diag_sweep.txt"
+fi
+if [ -n "$PROBE" ]; then
+  t0=$(date +%s); [ "$PROBE" = default ] && PROBE=""
+  python3 scripts/profile_quant.py startup $PROBE > "$OUT/startup.txt" 2>&1
+  ( cd /tmp/wgrad_diag && PYTHONPATH=/tmp/wgrad_diag/python:${PYTHONPATH#*:} \
+      python3 scripts/profile_quant.py startup $PROBE ) > "$OUT/startup_diag.txt" 2>&1
+  echo "startup $(( $(date +%s) - t0 )) s"; cat "$OUT/startup.txt"; grep -v "^probe" "$OUT/startup_diag.txt" | head -40
 fi
 if [ -n "$NCU" ]; then
   t0=$(date +%s); tag=ncu_${NCU//,/x}

@@ -15,6 +15,15 @@ auto,1,2,3,4,ranges): a WGRAD_SEGMENT_ORDER value, VAR=VALUE[+VAR=VALUE...] for 
 For each KIND (default segments,segments16; colwise and both too, which the order knob does not change)
 and shape (default the benchmark's), in one process, the settings interleaved within each of
 SWEEP_REPS (default 3) repetitions and every call timed beside a copy of the same bytes; prints % of a copy.
+
+  python3 scripts/profile_quant.py startup [SHAPES]
+
+separates a launch's fixed cost (docs/perf-notes.md, session 11): Colwise against the segments cast with
+one segment (the same tiles) and with the benchmark's 8 unaligned segments, timed (us, median of 15) with
+the L2 flushed ("cold"), flushed and then the same kernel run on one 128 x 128 tile ("code warm": its
+instructions and the sizes back in the L2, x still cold), and without a flush ("hot"). With a measurement
+build (WGRAD_DIAG_VARIANTS=1) it then prints the kernel's clock probes of three cold calls
+(WGRAD_QUANT_PROBE=1; StartupProbe in quantize_colwise_sm90.cuh).
 """
 
 import os
@@ -78,7 +87,67 @@ def order_sweep(orders, kinds, shapes):
             print(f"{rows}x{cols} {kind} {cells}", flush=True)
 
 
+def _startup_kinds(x):
+    """(name, call, the same kernel on one 128 x 128 tile) for Colwise and two segments casts of x."""
+    tiny = torch.randn(128, 128, dtype=x.dtype, device="cuda")
+    one = torch.tensor([128], dtype=torch.int32, device="cuda")
+    colwise = torch.ops.wgrad.quantize_fp8_1x128_colwise
+    segments = torch.ops.wgrad.quantize_fp8_1x128_colwise_segments
+    whole = torch.tensor([x.shape[0]], dtype=torch.int32, device="cuda")
+    uneven = torch.tensor(bench_quant._segment_sizes(x.shape[0], bench_quant.SEGMENTS), dtype=torch.int32,
+                          device="cuda")
+    warm_segments = lambda: segments(tiny, one, False)  # noqa: E731
+    return [("colwise", lambda: colwise(x, False), lambda: colwise(tiny, False)),
+            ("segments_g1", lambda: segments(x, whole, False), warm_segments),
+            ("segments_g8", lambda: segments(x, uneven, False), warm_segments)]
+
+
+def _time_us(fn, before, reps=15):
+    """Median of `reps` event-timed calls of fn, `before()` run ahead of each (outside the events)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        before()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def startup(shapes):
+    flush = torch.empty(bench_quant._L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    print("shape kind cold code_warm hot (us, median of 15)")
+    for rows, cols in shapes:
+        x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda")
+        for name, fn, warm in _startup_kinds(x):
+            cold = _time_us(fn, flush.zero_)
+            code_warm = _time_us(fn, lambda: (flush.zero_(), warm()))
+            hot = _time_us(fn, lambda: None)
+            print(f"{rows}x{cols} {name} {cold:.1f} {code_warm:.1f} {hot:.1f}", flush=True)
+    os.environ["WGRAD_QUANT_PROBE"] = "1"
+    print("probes (cycles since entry; consumer thread 0 / producer: 1 barriers initialised, 2 table built, "
+          "3 synced, 4 order chosen, 5 unused scales / first tile known, 6 first stage full / acquired, "
+          "7 first tile stored / first load issued, 8 loop done, 9 end)", flush=True)
+    for rows, cols in shapes:
+        x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda")
+        for name, fn, _ in _startup_kinds(x):
+            for _ in range(3):
+                flush.zero_()
+                torch.cuda.synchronize()
+                print(f"-- {rows}x{cols} {name}", flush=True)
+                fn()
+                torch.cuda.synchronize()
+    os.environ.pop("WGRAD_QUANT_PROBE")
+
+
 def main():
+    if sys.argv[1] == "startup":
+        startup([tuple(int(v) for v in s.split(",")) for s in " ".join(sys.argv[2:]).split()] if len(sys.argv) > 2
+                else [(128, 128), (8192, 2112), (8192, 4096)])
+        return
     if sys.argv[1] == "order-sweep":
         orders = (sys.argv[2] if len(sys.argv) > 2 else "auto,1,2,3,4,ranges").split(",")
         kinds = (sys.argv[3] if len(sys.argv) > 3 else "segments,segments16").split(",")

@@ -603,6 +603,32 @@ def test_gpu_segments_many_segments(rows, groups, dtype):
     assert bool((_bits(s_t) == SCALE_NAN_BITS).all())
 
 
+def _random_split(rows, groups, seed):
+    """`groups` sizes summing to rows: random cuts, so some empty (leading, inner, trailing) and tiny."""
+    gen = torch.Generator().manual_seed(seed)
+    cuts = torch.randint(0, rows + 1, (groups - 1,), generator=gen).sort().values
+    cuts[0], cuts[-1] = 0, rows  # an empty first and last segment
+    bounds = torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])])
+    return (bounds[1:] - bounds[:-1]).to(torch.int32)
+
+
+@sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("groups", [31, 32, 33])
+def test_gpu_segments_warp_table_boundary(groups, dtype):
+    # Up to 32 segments every warp scans the sizes in its lanes (build_segment_table_warps); from 33 on
+    # the CTA-wide scan builds the table. Both sides of the boundary, with empty first, inner and last
+    # segments, and sizes that are invalid only because their sum is off by one.
+    sizes = _random_split(3000, groups, seed=groups)
+    assert int(sizes[0]) == 0 and int(sizes[-1]) == 0
+    x = _random_x(3000, 200, dtype, seed=groups)
+    _check_gpu_op("segments", x, False, sizes)
+    bad = sizes.clone()
+    bad[groups // 2] += 1
+    _, s_t = OPS.quantize_fp8_1x128_colwise_segments(x.cuda(), bad.cuda(), False)
+    assert bool((_bits(s_t) == SCALE_NAN_BITS).all())
+
+
 @sm90
 @pytest.mark.parametrize("ctas_per_sm", ["0", "1", "16"])
 def test_gpu_rowwise_grid_knob(ctas_per_sm, monkeypatch):
@@ -661,7 +687,9 @@ def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypat
 
 
 @sm90
-@pytest.mark.parametrize("sizes_list", [[100, 100, 99], [300, -1, 0], [-5, 305], [301]])
+# (The last: sizes whose sum is R + 2^32, R if added up in 32 bits.)
+@pytest.mark.parametrize("sizes_list", [[100, 100, 99], [300, -1, 0], [-5, 305], [301],
+                                        [2**31 - 1, 2**31 - 1, 302]])
 def test_gpu_invalid_sizes_give_nan_scales(sizes_list):
     x = torch.randn(300, 200, device="cuda")
     q_t, s_t = OPS.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes_list, dtype=torch.int32,

@@ -216,6 +216,14 @@ def test_gpu_padded_large_table_and_many_segments():
 
 
 @sm90
+@pytest.mark.parametrize("groups", [32, 33])
+def test_gpu_padded_warp_table_boundary(groups):
+    # 32 segments: the warps' scan writes the padded sizes; 33: the CTA-wide scan (every other one empty).
+    sizes = [0 if g % 2 else 17 + 61 * g for g in range(groups)]
+    _check_gpu(_random_x(sum(sizes), 264, torch.bfloat16, seed=groups), sizes, 32)
+
+
+@sm90
 @pytest.mark.parametrize("pad", [0, 16, 32, 128])
 def test_gpu_any_token_counts_through_the_contiguous_gemm(pad):
     sizes = [100, 0, 1008, 37, 2903, 16]

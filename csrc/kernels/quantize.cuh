@@ -415,6 +415,83 @@ __device__ void build_segment_table(const SegmentTableArgs& a, SegmentStart* seg
   __syncthreads();  // the table is complete
 }
 
+// What build_segment_table_warps returns to every warp (the same in each).
+struct SegmentSummary {
+  int32_t used_blocks;  // row blocks with rows (0 when the sizes are invalid): a prefix of the table
+  bool inside_sector;   // some used segment starts inside a 32-byte sector of q_t (out_start % 32 != 0)
+};
+
+constexpr int kMaxWarpSegments = 32;  // build_segment_table_warps: one segment per lane
+
+// The same table for at most kMaxWarpSegments segments, built without shared memory or a barrier
+// between warps: every warp of the CTA loads the sizes (lane g: segment g), scans them with shuffles,
+// and writes the entries warp * 32 + lane + k * 32 * warps; an entry's segment is found by a binary
+// search over the lanes (the last g whose first block is <= b). Every thread of the CTA calls it; the
+// caller synchronises the CTA before the table is read. In the column kernel it replaces the CTA-wide
+// scan on the critical path of the first load (docs/perf-notes.md, session 11).
+__device__ __forceinline__ SegmentSummary build_segment_table_warps(const SegmentTableArgs& a, RowBlock* table,
+                                                                    int warp, int warps) {
+  const int lane = threadIdx.x & 31;
+  const int groups = static_cast<int>(a.num_segments);  // in [1, 32]
+  const int32_t size = lane < groups ? a.sizes[lane] : 0;
+  // Rows in 64 bits (their total validates the sizes); blocks and q_t columns in 32 unsigned bits, exact
+  // whenever the sizes are valid (sums of at most R or K < 2^31) and only wrapping when they are not.
+  const uint32_t usize = size > 0 ? static_cast<uint32_t>(size) : 0u;
+  const uint32_t blocks = (usize + (kBlock - 1)) / kBlock;
+  const uint32_t out = a.pad > 0 && size > 0
+                           ? (usize + static_cast<uint32_t>(a.pad - 1)) & ~static_cast<uint32_t>(a.pad - 1)
+                           : static_cast<uint32_t>(size);  // q_t columns (as build_segment_table's)
+  int64_t rows_incl = size;
+  uint32_t blocks_incl = blocks, out_incl = out;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int64_t r = __shfl_up_sync(0xFFFFFFFFu, rows_incl, offset);
+    const uint32_t b = __shfl_up_sync(0xFFFFFFFFu, blocks_incl, offset);
+    const uint32_t o = __shfl_up_sync(0xFFFFFFFFu, out_incl, offset);
+    if (lane >= offset) {
+      rows_incl += r;
+      blocks_incl += b;
+      out_incl += o;
+    }
+  }
+  const bool valid = __ballot_sync(0xFFFFFFFFu, size < 0) == 0u && __shfl_sync(0xFFFFFFFFu, rows_incl, 31) == a.rows;
+  const int32_t row_start = static_cast<int32_t>(rows_incl - size);
+  const int32_t block_start = static_cast<int32_t>(blocks_incl - blocks);
+  const int32_t out_start = static_cast<int32_t>(out_incl - out);
+  if (a.padded_sizes != nullptr && blockIdx.x == 0 && warp == 0 && lane < groups) {  // meaningless if invalid
+    a.padded_sizes[lane] =
+        static_cast<int32_t>(lane == groups - 1 ? static_cast<uint32_t>(a.out_cols) - out_start : out);
+  }
+  SegmentSummary summary;
+  summary.used_blocks = valid ? static_cast<int32_t>(__shfl_sync(0xFFFFFFFFu, blocks_incl, 31)) : 0;
+  summary.inside_sector = valid && __ballot_sync(0xFFFFFFFFu, usize > 0 && (out_start & 31) != 0) != 0u;
+
+  for (int64_t base = int64_t{warp} * 32; base < a.num_row_blocks; base += int64_t{warps} * 32) {
+    const int32_t b = static_cast<int32_t>(base + lane);
+    int g = 0;  // the last segment whose first block is <= b (empty ones share it with the next)
+#pragma unroll
+    for (int step = 16; step > 0; step >>= 1) {
+      const int32_t start = __shfl_sync(0xFFFFFFFFu, block_start, (g + step) & 31);
+      if (g + step < groups && start <= b) g += step;
+    }
+    const int32_t seg_rows = __shfl_sync(0xFFFFFFFFu, row_start, g);
+    const int32_t seg_block = __shfl_sync(0xFFFFFFFFu, block_start, g);
+    const int32_t seg_out = __shfl_sync(0xFFFFFFFFu, out_start, g);
+    const int32_t seg_size = __shfl_sync(0xFFFFFFFFu, size, g);
+    if (base + lane >= a.num_row_blocks) continue;
+    RowBlock rb{0, valid ? 0 : -1, 0};
+    if (b < summary.used_blocks) {
+      const int32_t j = b - seg_block;
+      const int32_t left = seg_size - j * kBlock;
+      rb.row_start = seg_rows + j * kBlock;
+      rb.row_count = left < kBlock ? left : kBlock;
+      rb.out_start = seg_out + j * kBlock;
+    }
+    table[b] = rb;
+  }
+  return summary;
+}
+
 // The table in global memory, one CTA: for the inputs whose table does not fit in the column kernel's
 // shared memory, and for the generic kernel. seg: [num_segments] scratch; table: [num_row_blocks].
 __global__ void __launch_bounds__(kTableThreads)

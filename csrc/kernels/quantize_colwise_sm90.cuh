@@ -113,6 +113,51 @@ struct ColwiseSm90Params {
   // ColwiseSegments tile order (TileOrder::strip): -1 the kernel chooses (choose_segment_order), 0 ranges,
   // S >= 1 strips of S blocks (1: row-major).
   int segment_order;
+#ifdef WGRAD_DIAG_VARIANTS
+  int probe;  // measurement build only: 1 = CTAs 0 and gridDim.x - 1 print their start-up clock probes
+#endif
+};
+
+// Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_PROBE=1): clock64 marks of one thread at
+// fixed points of the kernel, printed at its end as cycles since the kernel's entry (docs/perf-notes.md,
+// session 11). In every other build the marks compile away.
+struct StartupProbe {
+#ifdef WGRAD_DIAG_VARIANTS
+  // The marks go to global memory as they are taken (registers held across the kernel made it spill).
+  static constexpr int kMarks = 10;
+  long long* marks;  // [kMarks] of this thread, or nullptr when it does not probe
+  unsigned done;     // mark_once: bit i set once mark i is taken
+  __device__ __forceinline__ void start(const ColwiseSm90Params& params, bool this_thread) {
+    static __device__ long long storage[2][2][kMarks];  // [first or last CTA][consumer or producer][mark]
+    const bool cta = blockIdx.x == 0 || blockIdx.x == gridDim.x - 1;
+    marks = params.probe != 0 && this_thread && cta
+                ? storage[blockIdx.x == 0 ? 0 : 1][threadIdx.x == 0 ? 0 : 1]
+                : nullptr;
+    done = 0;
+    if (marks != nullptr) marks[0] = clock64();
+  }
+  __device__ __forceinline__ void mark(int i) {
+    if (marks != nullptr) marks[i] = clock64();
+  }
+  __device__ __forceinline__ void mark_once(int i) {  // the first time only
+    if (marks != nullptr && !(done >> i & 1u)) {
+      marks[i] = clock64();
+      done |= 1u << i;
+    }
+  }
+  __device__ __forceinline__ void report(const char* role) {
+    if (marks == nullptr) return;
+    const long long* t = marks;
+    printf("probe %s cta %d cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", role, static_cast<int>(blockIdx.x),
+           t[1] - t[0], t[2] - t[0], t[3] - t[0], t[4] - t[0], t[5] - t[0], t[6] - t[0], t[7] - t[0], t[8] - t[0],
+           t[9] - t[0]);
+  }
+#else
+  __device__ __forceinline__ void start(const ColwiseSm90Params&, bool) {}
+  __device__ __forceinline__ void mark(int) {}
+  __device__ __forceinline__ void mark_once(int) {}
+  __device__ __forceinline__ void report(const char*) {}
+#endif
 };
 
 // Named barriers of the consumer groups (offset past CUTLASS's reserved ids by NamedBarrier): group g
@@ -391,6 +436,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   const int tid = threadIdx.x;
   constexpr int kProducerTid = Cfg::kGroups * Cfg::kConsumerThreads;
   const bool producer = tid >= kProducerTid;
+  StartupProbe probe;
+  probe.start(params, tid == 0 || tid == kProducerTid);
 
   if (tid == kProducerTid) cute::prefetch_tma_descriptor(&params.tma_x);
   typename Pipeline::Params pipeline_params;
@@ -410,18 +457,31 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     return Pipeline(smem.pipeline[g], pipeline_params, ClusterShape{}, cute::false_type{});
   };
 
+  probe.mark(1);
   // Segments: the row-block table, built by every CTA for itself (it synchronises the CTA, so the
   // pipeline barriers above are initialised too), or the one in global memory.
+  // (At most kMaxWarpSegments segments: every warp scans the sizes itself and fills its share of the
+  // table, no barrier but the one below. The CTA-wide scan kept the producer's first load ~3 us behind
+  // Colwise's, this ~1.2 us; H200 session 11, `scripts/profile_quant.py startup`.)
   const RowBlock* table = p.row_blocks;
+  const bool warp_table = Cfg::kSegments && params.segments.sizes != nullptr &&
+                          params.segments.num_segments <= kMaxWarpSegments;
+  SegmentSummary summary{0, false};
   if constexpr (Cfg::kSegments) {
     if (params.segments.sizes != nullptr) {
       const SegmentTableArgs& a = params.segments;
-      build_segment_table<Cfg::kThreads>(a, reinterpret_cast<SegmentStart*>(smem.table + a.num_row_blocks),
-                                         smem.table, smem.scan);
+      if (warp_table) {
+        summary = build_segment_table_warps(a, smem.table, tid / 32, Cfg::kThreads / 32);
+      } else {
+        build_segment_table<Cfg::kThreads>(a, reinterpret_cast<SegmentStart*>(smem.table + a.num_row_blocks),
+                                           smem.table, smem.scan);
+      }
       table = smem.table;
     }
   }
-  __syncthreads();  // barriers initialised before anyone waits on them
+  probe.mark(2);
+  __syncthreads();  // barriers initialised (and the table built) before anyone reads them
+  probe.mark(3);
 
   // The tile order (TileOrder): ColwiseSegments quantizes the used row blocks only, in units of several
   // blocks when a segment starts inside a sector (see choose_segment_order).
@@ -429,10 +489,13 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   int32_t blocks_per_col = static_cast<int32_t>(params.num_row_blocks);
   int32_t strip = 1;
   if constexpr (Cfg::kSegments) {
-    blocks_per_col = static_cast<int32_t>(used_row_blocks(table, params.num_row_blocks));
-    bool inside_sector = false;
-    for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) inside_sector |= (table[b].out_start & 31) != 0;
-    inside_sector = __syncthreads_or(inside_sector);
+    bool inside_sector = summary.inside_sector;
+    blocks_per_col = summary.used_blocks;
+    if (!warp_table) {
+      blocks_per_col = static_cast<int32_t>(used_row_blocks(table, params.num_row_blocks));
+      for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) inside_sector |= (table[b].out_start & 31) != 0;
+      inside_sector = __syncthreads_or(inside_sector);
+    }
     strip = params.segment_order >= 0
                 ? params.segment_order
                 : choose_segment_order(inside_sector, blocks_per_col, static_cast<int32_t>(params.num_col_tiles),
@@ -440,6 +503,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   }
   const TileOrder order =
       make_tile_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), strip, workers);
+  probe.mark(4);
 
   // ---------------------------------------------------------------- producer: one thread
   // It serves the groups in turn, each from its own tile list and into its own stages. (A producer warp
@@ -463,8 +527,10 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           const QuantTile t = quant_tile<kMode>(params, table, tiles[g]);
           tiles[g].advance(order);
           more = true;
+          probe.mark_once(5);
           Pipeline pipeline = group_pipeline(g);
           pipeline.producer_acquire(states[g]);
+          probe.mark_once(6);
           uint64_t* bar = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(states[g]));
           T* stage = smem.x[g * Cfg::kStagesPerGroup + states[g].index()];
           const int32_t col = static_cast<int32_t>(t.col_tile * Cfg::kTileCols);
@@ -474,11 +540,15 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
             const int32_t row = r < t.row_count ? static_cast<int32_t>(t.row_start + r) : static_cast<int32_t>(p.rows);
             cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, stage + r * Cfg::kTileCols, col, row);
           }
+          probe.mark_once(7);
           ++states[g];
         }
       }
+      probe.mark(8);
 #pragma unroll
       for (int g = 0; g < Cfg::kGroups; ++g) group_pipeline(g).producer_tail(states[g]);
+      probe.mark(9);
+      probe.report("producer");
     }
     return;
   }
@@ -502,16 +572,18 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   if constexpr (Cfg::kSegments) {
     // The unused scale columns [blocks_per_col, num_row_blocks) of every column tile (all of them when
     // the sizes are invalid), dealt out to the workers in turn.
-    const int64_t unused = params.num_row_blocks - order.blocks_per_col;
-    for (int64_t v = worker_index<Cfg::kGroups>(group); v < unused * params.num_col_tiles; v += order.workers) {
-      const int64_t col_tile = v / unused;
-      const int64_t row_block = order.blocks_per_col + (v - col_tile * unused);
+    // (32-bit: they are tiles of the launch, fewer than 2^31.)
+    const int32_t unused = static_cast<int32_t>(params.num_row_blocks) - order.blocks_per_col;
+    for (int32_t v = worker_index<Cfg::kGroups>(group); v < unused * order.num_col_tiles; v += order.workers) {
+      const int32_t col_tile = v / unused;
+      const int32_t row_block = order.blocks_per_col + (v - col_tile * unused);
       if (tid_g < Cfg::kTileCols) {
-        fill_empty_scale_column(p, row_block, col_tile * Cfg::kTileCols, table[row_block].row_count, tid_g);
+        fill_empty_scale_column(p, row_block, int64_t{col_tile} * Cfg::kTileCols, table[row_block].row_count, tid_g);
       }
     }
   }
 
+  probe.mark(5);
   for (TileCursor cursor = first_tile<Cfg::kGroups>(order, group); cursor.valid(); cursor.advance(order)) {
     const QuantTile t = quant_tile<kMode>(params, table, cursor);
     const int64_t tile_col = t.col_tile * Cfg::kTileCols;
@@ -519,6 +591,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     // ---- tile rows [8 rg, 8 rg + 8), columns [8 cc, 8 cc + 8) into registers (raw); release the stage.
     RawVec<T> raw[Cfg::kRowsPerThread];
     pipeline.consumer_wait(state);
+    probe.mark_once(6);
     const T* s_x = smem.x[group * Cfg::kStagesPerGroup + state.index()];
 #pragma unroll
     for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
@@ -819,7 +892,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         head_carry = tail_carry;
       }
     }
+    probe.mark_once(7);
   }
+  probe.mark(8);
 
   // Padded segments: q_t columns [T0, q_t_ld) after the last segment's padding are 0, written by every
   // consumer thread of the launch in turn (T0 from the last used table entry; invalid sizes: q_t is not
@@ -833,6 +908,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
                     static_cast<int64_t>(order.workers) * Cfg::kConsumerThreads);
     }
   }
+  probe.mark(9);
+  probe.report("consumer");
 #endif
 }
 
