@@ -2,15 +2,18 @@
 # One device call for kernel work: build, GPU tests, BLOCK_N sweep (scripts/profile_dense.py), an ncu
 # profile of one dense shape, optionally the full benchmark. Logs under $OUT (default out/).
 #   scripts/device_run.sh [--no-tests] [--memcheck] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
-#                         [--diag "BITS,BITS,..."] [--probe "R,C R,C ..."|default]
+#                         [--diag "BITS,BITS,..."] [--probe "R,C R,C ..."|default] [--ncu-quant "KIND:R,C ..."]
 # --diag: also build the measurement variant (WGRAD_DIAG_VARIANTS=1, in a copy of the tree, beside the
 # release build) and time the dense seed shapes with each WGRAD_DIAG value (docs/perf-notes.md, session 9).
 # --probe: the quantization start-up study (scripts/profile_quant.py startup) in the release build and,
 # for its clock probes, in the measurement build (built as for --diag).
+# --ncu-quant: ncu (full set) of the quantization kernel KIND (scripts/profile_quant.py) on R x C, each;
+# the details of all of them in one file, ncu_quant.txt (NCU_QUANT_SASS=1: and each one's SASS with its
+# stall samples, ncu_sass_KIND_R_C.csv).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
-TESTS=1; MEMCHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""; PROBE=""
+TESTS=1; MEMCHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""; PROBE=""; NCU_QUANT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) TESTS=0 ;;
@@ -20,6 +23,7 @@ while [ $# -gt 0 ]; do
     --sweep) SWEEP="$2"; shift ;;
     --diag) DIAG="$2"; shift ;;
     --probe) PROBE="$2"; shift ;;
+    --ncu-quant) NCU_QUANT="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -70,6 +74,20 @@ if [ -n "$PROBE" ]; then
   ( cd /tmp/wgrad_diag && PYTHONPATH=/tmp/wgrad_diag/python:${PYTHONPATH#*:} \
       python3 scripts/profile_quant.py startup $PROBE ) > "$OUT/startup_diag.txt" 2>&1
   echo "startup $(( $(date +%s) - t0 )) s"; cat "$OUT/startup.txt"; grep -v "^probe" "$OUT/startup_diag.txt" | head -40
+fi
+if [ -n "$NCU_QUANT" ]; then
+  t0=$(date +%s)
+  for spec in $NCU_QUANT; do
+    echo "==== $spec" >> "$OUT/ncu_quant.txt"
+    ncu --clock-control none -k regex:quantize_fp8 --launch-skip 2 --launch-count 1 --set full --import-source no \
+        -o /tmp/ncu_q python3 scripts/profile_quant.py "${spec%%:*}" "${spec#*:}" > /tmp/ncu_q.log 2>&1
+    ncu -i /tmp/ncu_q.ncu-rep --page details >> "$OUT/ncu_quant.txt" 2>&1
+    [ -n "${NCU_QUANT_SASS:-}" ] && ncu -i /tmp/ncu_q.ncu-rep --page source --csv --print-source sass \
+        > "$OUT/ncu_sass_${spec//[:,]/_}.csv" 2>&1
+    rm -f /tmp/ncu_q.ncu-rep
+  done
+  echo "ncu-quant $(( $(date +%s) - t0 )) s"
+  grep -E "^====|Duration|DRAM Throughput|Executed Ipc A|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps" "$OUT/ncu_quant.txt"
 fi
 if [ -n "$NCU" ]; then
   t0=$(date +%s); tag=ncu_${NCU//,/x}
