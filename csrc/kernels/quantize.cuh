@@ -317,6 +317,24 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) quantize_fp8_1x128_ke
 }
 
 // ------------------------------------------------------------------ segment table ---------------------
+// Inclusive prefix sums over the lanes of a warp of three values at once (rows, blocks, q_t columns):
+// lane l ends with the sums of lanes 0..l. Every lane of the warp calls it.
+template <class Rows, class Counts>
+__device__ __forceinline__ void warp_inclusive_scan3(Rows& rows, Counts& blocks, Counts& out) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const Rows r = __shfl_up_sync(0xFFFFFFFFu, rows, offset);
+    const Counts b = __shfl_up_sync(0xFFFFFFFFu, blocks, offset);
+    const Counts o = __shfl_up_sync(0xFFFFFFFFu, out, offset);
+    if (lane >= offset) {
+      rows += r;
+      blocks += b;
+      out += o;
+    }
+  }
+}
+
 // Validates the sizes (each >= 0, sum == rows) and writes, for every scale column b of the segmented
 // column-wise output, the rows of x it quantizes: segment g's j-th block is scale column
 // sum_{h<g} ceil(size_h / 128) + j and covers rows [off_g + 128 j, min(off_g + 128 (j + 1), off_g + size_g)),
@@ -349,17 +367,7 @@ __device__ void build_segment_table(const SegmentTableArgs& a, SegmentStart* seg
     const int64_t blocks = size > 0 ? ceil_div(size, kBlock) : 0;
     const int64_t out = a.pad > 0 && size > 0 ? align_up(size, a.pad) : size;  // q_t columns
     int64_t rows_incl = size, blocks_incl = blocks, out_incl = out;
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const int64_t r = __shfl_up_sync(0xFFFFFFFFu, rows_incl, offset);
-      const int64_t b = __shfl_up_sync(0xFFFFFFFFu, blocks_incl, offset);
-      const int64_t o = __shfl_up_sync(0xFFFFFFFFu, out_incl, offset);
-      if (lane >= offset) {
-        rows_incl += r;
-        blocks_incl += b;
-        out_incl += o;
-      }
-    }
+    warp_inclusive_scan3(rows_incl, blocks_incl, out_incl);
     if (lane == 31) {
       s.warp_rows[warp] = rows_incl;
       s.warp_blocks[warp] = blocks_incl;
@@ -443,17 +451,7 @@ __device__ __forceinline__ SegmentSummary build_segment_table_warps(const Segmen
                            : static_cast<uint32_t>(size);  // q_t columns (as build_segment_table's)
   int64_t rows_incl = size;
   uint32_t blocks_incl = blocks, out_incl = out;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int64_t r = __shfl_up_sync(0xFFFFFFFFu, rows_incl, offset);
-    const uint32_t b = __shfl_up_sync(0xFFFFFFFFu, blocks_incl, offset);
-    const uint32_t o = __shfl_up_sync(0xFFFFFFFFu, out_incl, offset);
-    if (lane >= offset) {
-      rows_incl += r;
-      blocks_incl += b;
-      out_incl += o;
-    }
-  }
+  warp_inclusive_scan3(rows_incl, blocks_incl, out_incl);
   const bool valid = __ballot_sync(0xFFFFFFFFu, size < 0) == 0u && __shfl_sync(0xFFFFFFFFu, rows_incl, 31) == a.rows;
   const int32_t row_start = static_cast<int32_t>(rows_incl - size);
   const int32_t block_start = static_cast<int32_t>(blocks_incl - blocks);
