@@ -22,8 +22,8 @@ separates a launch's fixed cost (docs/perf-notes.md, session 11): Colwise agains
 one segment (the same tiles) and with the benchmark's 8 unaligned segments, timed (us, median of 15) with
 the L2 flushed ("cold"), flushed and then the same kernel run on one 128 x 128 tile ("code warm": its
 instructions and the sizes back in the L2, x still cold), and without a flush ("hot"). With a measurement
-build (WGRAD_DIAG_VARIANTS=1) it then prints the kernel's clock probes of three cold calls
-(WGRAD_QUANT_PROBE=1; StartupProbe in quantize_colwise_sm90.cuh).
+build (WGRAD_DIAG_VARIANTS=1) it then prints the kernel's clock probes of three cold calls and of one
+call right after them (WGRAD_QUANT_PROBE=1; StartupProbe in quantize_colwise_sm90.cuh).
 """
 
 import os
@@ -140,6 +140,10 @@ def startup(shapes):
                 print(f"-- {rows}x{cols} {name}", flush=True)
                 fn()
                 torch.cuda.synchronize()
+            # The same kernel again right after (no flush): its instructions are cached in every SM.
+            print(f"-- {rows}x{cols} {name} second call", flush=True)
+            fn()
+            torch.cuda.synchronize()
     os.environ.pop("WGRAD_QUANT_PROBE")
 
 
