@@ -604,10 +604,11 @@ def test_gpu_segments_many_segments(rows, groups, dtype):
 
 
 def _random_split(rows, groups, seed):
-    """`groups` sizes summing to rows: random cuts, so some empty (leading, inner, trailing) and tiny."""
+    """`groups` sizes summing to rows at random cuts, the first, the last and one inner segment empty."""
     gen = torch.Generator().manual_seed(seed)
     cuts = torch.randint(0, rows + 1, (groups - 1,), generator=gen).sort().values
     cuts[0], cuts[-1] = 0, rows  # an empty first and last segment
+    cuts[groups // 2] = cuts[groups // 2 - 1]  # and an empty one inside
     bounds = torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])])
     return (bounds[1:] - bounds[:-1]).to(torch.int32)
 
@@ -620,7 +621,7 @@ def test_gpu_segments_warp_table_boundary(groups, dtype):
     # the CTA-wide scan builds the table. Both sides of the boundary, with empty first, inner and last
     # segments, and sizes that are invalid only because their sum is off by one.
     sizes = _random_split(3000, groups, seed=groups)
-    assert int(sizes[0]) == 0 and int(sizes[-1]) == 0
+    assert int(sizes[0]) == 0 and int(sizes[-1]) == 0 and int(sizes[groups // 2]) == 0
     x = _random_x(3000, 200, dtype, seed=groups)
     _check_gpu_op("segments", x, False, sizes)
     bad = sizes.clone()
