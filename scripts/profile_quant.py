@@ -105,16 +105,7 @@ def _startup_kinds(x):
 def _time_us(fn, before, reps=15):
     """Median of `reps` event-timed calls of fn, `before()` run ahead of each (outside the events)."""
     fn()
-    times = []
-    for _ in range(reps):
-        before()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+    return statistics.median(bench_quant._time_once_ms(fn, before) for _ in range(reps)) * 1e3
 
 
 def startup(shapes):

@@ -583,6 +583,18 @@ def test_gpu_segments_bit_exact(case, dtype):
             _check_gpu_op("segments", x, ue8m0, sizes)
 
 
+def _random_split(rows, groups, seed, empty_first_inner_last=False):
+    """`groups` sizes summing to rows, cut at random points (so some empty and tiny); with
+    empty_first_inner_last the first, the last and one inner segment surely empty."""
+    gen = torch.Generator().manual_seed(seed)
+    cuts = torch.randint(0, rows + 1, (groups - 1,), generator=gen).sort().values
+    if empty_first_inner_last:
+        cuts[0], cuts[-1] = 0, rows
+        cuts[groups // 2] = cuts[groups // 2 - 1]
+    bounds = torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])])
+    return (bounds[1:] - bounds[:-1]).to(torch.int32)
+
+
 @sm90
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,groups", [(4000, 300), (6000, 3000)])
@@ -590,10 +602,7 @@ def test_gpu_segments_many_segments(rows, groups, dtype):
     # The column kernel builds the segment table in shared memory when segments + scale columns fit
     # (3072 entries for 16-bit x, 768 for fp32): 300 + 331 entries do, in two scan passes for fp32
     # (288 threads). 3000 + 3046 do not: a one-CTA kernel builds the table in global memory first.
-    gen = torch.Generator().manual_seed(groups)
-    cuts = torch.randint(0, rows + 1, (groups - 1,), generator=gen).sort().values
-    bounds = torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])])
-    sizes = (bounds[1:] - bounds[:-1]).to(torch.int32)  # many empty and tiny segments
+    sizes = _random_split(rows, groups, seed=groups)  # many empty and tiny segments
     assert int((sizes == 0).sum()) > 0
     x = _random_x(rows, 64, dtype, seed=groups)
     _check_gpu_op("segments", x, False, sizes)
@@ -603,16 +612,6 @@ def test_gpu_segments_many_segments(rows, groups, dtype):
     assert bool((_bits(s_t) == SCALE_NAN_BITS).all())
 
 
-def _random_split(rows, groups, seed):
-    """`groups` sizes summing to rows at random cuts, the first, the last and one inner segment empty."""
-    gen = torch.Generator().manual_seed(seed)
-    cuts = torch.randint(0, rows + 1, (groups - 1,), generator=gen).sort().values
-    cuts[0], cuts[-1] = 0, rows  # an empty first and last segment
-    cuts[groups // 2] = cuts[groups // 2 - 1]  # and an empty one inside
-    bounds = torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])])
-    return (bounds[1:] - bounds[:-1]).to(torch.int32)
-
-
 @sm90
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("groups", [31, 32, 33])
@@ -620,7 +619,7 @@ def test_gpu_segments_warp_table_boundary(groups, dtype):
     # Up to 32 segments every warp scans the sizes in its lanes (build_segment_table_warps); from 33 on
     # the CTA-wide scan builds the table. Both sides of the boundary, with empty first, inner and last
     # segments, and sizes that are invalid only because their sum is off by one.
-    sizes = _random_split(3000, groups, seed=groups)
+    sizes = _random_split(3000, groups, seed=groups, empty_first_inner_last=True)
     assert int(sizes[0]) == 0 and int(sizes[-1]) == 0 and int(sizes[groups // 2]) == 0
     x = _random_x(3000, 200, dtype, seed=groups)
     _check_gpu_op("segments", x, False, sizes)

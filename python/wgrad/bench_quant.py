@@ -36,8 +36,9 @@ SEGMENTS = 8  # experts of the segmented (MoE) cast in the benchmark
 _L2_FLUSH_BYTES = 256 * 2**20
 
 
-def _time_once_ms(fn: Callable[[], object], flush: torch.Tensor) -> float:
-    flush.zero_()
+def _time_once_ms(fn: Callable[[], object], before: Callable[[], object]) -> float:
+    """One CUDA-event interval around fn, `before()` (the benchmark: the L2 flush) run ahead of it."""
+    before()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     fn()
@@ -48,7 +49,7 @@ def _time_once_ms(fn: Callable[[], object], flush: torch.Tensor) -> float:
 
 def _time_ms(fn: Callable[[], object], reps: int, flush: torch.Tensor) -> float:
     fn()  # warm-up (and lazy allocations)
-    return statistics.median(_time_once_ms(fn, flush) for _ in range(reps))
+    return statistics.median(_time_once_ms(fn, flush.zero_) for _ in range(reps))
 
 
 def _time_pair_ms(fn: Callable[[], object], ref: Callable[[], object], reps: int,
@@ -60,8 +61,8 @@ def _time_pair_ms(fn: Callable[[], object], ref: Callable[[], object], reps: int
     ref()
     times, ref_times = [], []
     for _ in range(reps):
-        ref_times.append(_time_once_ms(ref, flush))
-        times.append(_time_once_ms(fn, flush))
+        ref_times.append(_time_once_ms(ref, flush.zero_))
+        times.append(_time_once_ms(fn, flush.zero_))
     return statistics.median(times), statistics.median(ref_times)
 
 

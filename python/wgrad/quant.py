@@ -258,8 +258,9 @@ def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[tor
     (`align_up(sizes[g], pad)`, the last one `K - sum(others)`), computed on the device: no host
     synchronisation. Feed `(q_t, scales_t)` of both operands and `padded_sizes` to
     `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`: zero columns add nothing, and every expert starts
-    on a 16-byte chunk, which the GEMM loads without shifting. pad >= 32 keeps every block on whole 32-byte sectors of `q_t` (the fast
-    store path; README, "Quantization"). `sizes` as in `quantize_fp8_1x128_colwise_segments`."""
+    on a 16-byte chunk, which the GEMM loads without shifting. pad >= 32 keeps every block on whole
+    32-byte sectors of `q_t` (the fast store path; README, "Quantization"). `sizes` as in
+    `quantize_fp8_1x128_colwise_segments`."""
     x2 = _as_2d(x)
     return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments_padded(x2, _sizes_tensor(sizes, x2.device), int(pad),
                                                                       ue8m0)
