@@ -110,16 +110,23 @@ int64_t rowwise_ctas_per_sm() {
 
 // The tile order of the segments kernel (TileOrder in quantize_colwise_sm90.cuh): -1 lets the kernel
 // choose (choose_segment_order), 0 one contiguous range of blocks per consumer group, S >= 1 strips of S
-// consecutive blocks dealt round-robin (1: row-major). Tuning knob WGRAD_SEGMENT_ORDER = auto (or unset) |
-// ranges | S (1 to 64), read at every call; the result is the same bits whatever the order.
-int segment_order_knob() {
+// consecutive blocks dealt round-robin (1: row-major), per consumer group or (shared) per CTA, whose
+// groups take the strip's blocks in turn. Tuning knob WGRAD_SEGMENT_ORDER = auto (or unset) | ranges | S |
+// cS (shared strips; S from 1 to 64), read at every call; the result is the same bits whatever the order.
+struct SegmentOrderKnob {
+  int order;
+  bool shared;
+};
+SegmentOrderKnob segment_order_knob() {
   const char* v = std::getenv("WGRAD_SEGMENT_ORDER");
-  if (v == nullptr || std::strcmp(v, "auto") == 0) return -1;
-  if (std::strcmp(v, "ranges") == 0) return 0;
+  if (v == nullptr || std::strcmp(v, "auto") == 0) return {-1, false};
+  if (std::strcmp(v, "ranges") == 0) return {0, false};
+  const bool shared = v[0] == 'c';
   long n = 0;
-  TORCH_CHECK(parse_knob_int(v, &n) && n >= 1 && n <= 64,
-              "WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in [1, 64], got '", v, "'");
-  return static_cast<int>(n);
+  TORCH_CHECK(parse_knob_int(v + (shared ? 1 : 0), &n) && n >= 1 && n <= 64,
+              "WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in [1, 64] (cN: shared strips), got '", v,
+              "'");
+  return {static_cast<int>(n), shared};
 }
 
 // CTAs of the persistent column kernel for `tiles` tiles, `groups` consumer groups per CTA. Default
@@ -161,7 +168,9 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   params.q = p;
   params.num_row_blocks = row_blocks;
   params.segments = segments;
-  params.segment_order = kMode == QuantMode::ColwiseSegments ? segment_order_knob() : 1;
+  const SegmentOrderKnob order = kMode == QuantMode::ColwiseSegments ? segment_order_knob() : SegmentOrderKnob{1, false};
+  params.segment_order = order.order;
+  params.segment_shared = order.shared;
   params.num_col_tiles = ceil_div(p.cols, kScaleBlockK);
 #ifdef WGRAD_DIAG_VARIANTS
   // Measurement build only: WGRAD_QUANT_PROBE=1 makes two CTAs print their start-up clock marks.

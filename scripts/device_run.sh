@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call for kernel work: build, GPU tests, BLOCK_N sweep (scripts/profile_dense.py), an ncu
 # profile of one dense shape, optionally the full benchmark. Logs under $OUT (default out/).
-#   scripts/device_run.sh [--no-tests] [--memcheck] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
+#   scripts/device_run.sh [--no-tests] [--memcheck] [--racecheck] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
 #                         [--diag "BITS,BITS,..."] [--probe "R,C R,C ..."|default] [--ncu-quant "KIND:R,C ..."]
+#                         [--orders "ORDERS"]
 # --diag: also build the measurement variant (WGRAD_DIAG_VARIANTS=1, in a copy of the tree, beside the
 # release build) and time the dense seed shapes with each WGRAD_DIAG value (docs/perf-notes.md, session 9).
 # --probe: the quantization start-up study (scripts/profile_quant.py startup) in the release build and,
@@ -10,20 +11,24 @@
 # --ncu-quant: ncu (full set) of the quantization kernel KIND (scripts/profile_quant.py) on R x C, each;
 # the details of all of them in one file, ncu_quant.txt (NCU_QUANT_SASS=1: and each one's SASS with its
 # stall samples, ncu_sass_KIND_R_C.csv).
+# --orders: the segments cast's tile orders (scripts/profile_quant.py order-sweep ORDERS) on the benchmark's
+# shapes, unaligned, 16- and 32-aligned splits.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
-TESTS=1; MEMCHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""; PROBE=""; NCU_QUANT=""
+TESTS=1; MEMCHECK=0; RACECHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""; PROBE=""; NCU_QUANT=""; ORDERS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) TESTS=0 ;;
     --memcheck) MEMCHECK=1 ;;
+    --racecheck) RACECHECK=1 ;;
     --ncu) NCU="$2"; shift ;;
     --bench) BENCH="$2"; shift ;;
     --sweep) SWEEP="$2"; shift ;;
     --diag) DIAG="$2"; shift ;;
     --probe) PROBE="$2"; shift ;;
     --ncu-quant) NCU_QUANT="$2"; shift ;;
+    --orders) ORDERS="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -56,6 +61,11 @@ if [ "$MEMCHECK" = 1 ]; then
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitizer_cases.py > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$? $(( $(date +%s) - t0 )) s: $(grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tail -1)"
 fi
+if [ "$RACECHECK" = 1 ]; then  # shared-memory hazards of the quantization kernels
+  t0=$(date +%s)
+  compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/sanitizer_cases.py quant > "$OUT/racecheck.log" 2>&1
+  echo "racecheck rc=$? $(( $(date +%s) - t0 )) s: $(grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/racecheck.log" | tail -1)"
+fi
 if [ "$SWEEP" != none ]; then
   t0=$(date +%s)
   if [ "$SWEEP" = all ]; then python3 scripts/profile_dense.py sweep > "$OUT/sweep.txt" 2>&1
@@ -74,6 +84,11 @@ if [ -n "$PROBE" ]; then
   ( cd /tmp/wgrad_diag && PYTHONPATH=/tmp/wgrad_diag/python:${PYTHONPATH#*:} \
       python3 scripts/profile_quant.py startup $PROBE ) > "$OUT/startup_diag.txt" 2>&1
   echo "startup $(( $(date +%s) - t0 )) s"; cat "$OUT/startup.txt"; grep -v "^probe" "$OUT/startup_diag.txt" | head -40
+fi
+if [ -n "$ORDERS" ]; then
+  t0=$(date +%s)
+  python3 scripts/profile_quant.py order-sweep "$ORDERS" segments,segments16,segments32 > "$OUT/orders.txt" 2>&1
+  echo "orders $(( $(date +%s) - t0 )) s"; cat "$OUT/orders.txt"
 fi
 if [ -n "$NCU_QUANT" ]; then
   t0=$(date +%s)

@@ -1,6 +1,9 @@
 """A few small GEMM calls for compute-sanitizer (memcheck, racecheck): partial tiles, a strided out,
 K not a multiple of 128, and both k-grouped layouts with an empty and an unaligned group; the quantization
-kernels on awkward shapes."""
+kernels on awkward shapes. With the argument `quant`, the quantization calls only (for racecheck)."""
+
+import os
+import sys
 
 import torch
 
@@ -19,8 +22,16 @@ def scales(mn, kb, dev):
     return s
 
 
-def main():
+def main(gemms=True):
     dev = "cuda"
+    if gemms:
+        gemm_cases(dev)
+    quant_cases(dev)
+    torch.cuda.synchronize()
+    print("sanitizer cases done")
+
+
+def gemm_cases(dev):
     for m, n, k in ((129, 100, 144), (33, 257, 1008), (256, 304, 256)):
         a, b = operand(m, k, dev), operand(n, k, dev)
         big = torch.zeros(m, (n + 3) // 4 * 4 + 8, device=dev)  # 16-byte rows, a strided window
@@ -48,6 +59,9 @@ def main():
     a = torch.randn(m * sum(ks), device=dev).to(torch.float8_e4m3fn)
     b = torch.randn(n * sum(ks), device=dev).to(torch.float8_e4m3fn)
     wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a, scales(m, kb, dev)), (b, scales(n, kb, dev)), out, ks)
+
+
+def quant_cases(dev):
     # Quantization: partial blocks, C % 8 != 0 (fallback path), several tiles per CTA, MoE segments with
     # an empty and unaligned segments.
     for r, c, dt in ((129, 100, torch.bfloat16), (1000, 257, torch.float32), (4097, 640, torch.bfloat16),
@@ -61,9 +75,16 @@ def main():
         for pad in (16, 32):  # padded segments: zero columns between segments and after the last
             wgrad.quantize_fp8_1x128_colwise_segments_padded(x, torch.tensor(sizes, dtype=torch.int32, device=dev),
                                                              pad)
-    torch.cuda.synchronize()
-    print("sanitizer cases done")
+    # The segments cast in shared strips (a CTA's consumer groups hand the sectors between their blocks to
+    # each other through shared memory), forced: these inputs are too small for the kernel to choose them.
+    os.environ["WGRAD_SEGMENT_ORDER"] = "c4"
+    try:
+        x = torch.randn(6000, 1000, device=dev, dtype=torch.bfloat16)
+        for sizes in ([1000, 37, 0, 2963, 5, 1995], [1008, 48, 0, 2944, 16, 1984]):
+            wgrad.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes, dtype=torch.int32, device=dev))
+    finally:
+        del os.environ["WGRAD_SEGMENT_ORDER"]
 
 
 if __name__ == "__main__":
-    main()
+    main(gemms=sys.argv[1:] != ["quant"])

@@ -1,7 +1,7 @@
 // \brief Column-wise FP8 1x128 quantization on SM90 (also "both" and the MoE segments): a persistent,
 // warp-specialized kernel. One producer warp streams 128 x 128 tiles of x into a ring of shared-memory
 // stages with TMA; consumer groups of eight warps (three groups for 16-bit x, one for fp32) take the
-// tiles (in turn, or in runs of consecutive blocks for some MoE segments: TileOrder), each group through
+// tiles (in turn, or in strips of consecutive blocks for some MoE segments: TileOrder), each group through
 // its own pipeline stage(s), quantize them and write q_t (and, in Both, q). Torch-free.
 //
 // Why this shape (the v1 tile kernel reached 49-59 % of a copy; see docs/perf-notes.md, "Quantization
@@ -78,6 +78,12 @@ struct ColwiseSm90Config {
 
   using Pipeline = cutlass::PipelineTmaAsync<kStagesPerGroup>;  // one per consumer group
   using PipelineState = cutlass::PipelineState<kStagesPerGroup>;
+  // Shared strips (TileOrder::shared): group g hands the sector its block ends inside to group g + 1 (mod
+  // groups) in its gs.carry, one block at a time: g is the producer of handoff[g] (acquire before writing
+  // gs.carry, commit once it and gs.carry_handed are written), g + 1 its consumer (wait before reading
+  // them, release once read). Every thread of both groups arrives.
+  using HandoffPipeline = cutlass::PipelineAsync<1>;
+  using HandoffState = typename HandoffPipeline::PipelineState;
 
   struct GroupStorage {  // one consumer group's scratch
     alignas(16) uint2 qt[kTileCols][kQtSlots];          // staged q_t: slot s of column c at s ^ swz(c)
@@ -89,6 +95,7 @@ struct ColwiseSm90Config {
     // when the group's next block continues the column (its bytes past the block are 0); see the q_t
     // stores in the kernel for why.
     alignas(16) uint4 carry[kSegments ? kTileCols : 1][2];
+    int carry_handed;  // shared strips: whether carry holds a sector for the next group's block
   };
   struct SharedStorage {
     alignas(128) T x[kStages][kTileRows * kTileCols];   // (TILE_R,TILE_C,PIPE) row-major tiles
@@ -96,6 +103,7 @@ struct ColwiseSm90Config {
     alignas(16) RowBlock table[kTableEntries];          // ColwiseSegments: [row blocks] + [segments]
     SegmentScanScratch<kThreads / 32> scan;
     typename Pipeline::SharedStorage pipeline[kGroups];
+    typename HandoffPipeline::SharedStorage handoff[kSegments && kGroups > 1 ? kGroups : 1];
   };
 
   static_assert(kColGroups == 16 && kRowGroups == 16, "a half-warp is one tile row; a warp two row groups");
@@ -111,8 +119,10 @@ struct ColwiseSm90Params {
   // row blocks <= kTableEntries); without, q.row_blocks is a table in global memory.
   SegmentTableArgs segments;
   // ColwiseSegments tile order (TileOrder::strip): -1 the kernel chooses (choose_segment_order), 0 ranges,
-  // S >= 1 strips of S blocks (1: row-major).
+  // S >= 1 strips of S blocks (1: row-major); segment_shared: strips shared by the CTA's groups
+  // (TileOrder::shared; only when segment_order >= 1).
   int segment_order;
+  bool segment_shared;
 #ifdef WGRAD_DIAG_VARIANTS
   int probe;  // measurement build only: 1 = CTAs 0 and gridDim.x - 1 print their start-up clock probes
 #endif
@@ -178,11 +188,16 @@ struct QuantTile {
 //     the units in row-major order (strips of rows outer, column tiles inner) go round-robin to the CTAs,
 //     and a CTA's units in turn to its groups, so that the CTAs work on neighbouring column tiles of the
 //     same rows at the same time.
+//   Shared strips (TileOrder::shared, S >= 2, several groups per CTA): the units go round-robin to the
+//     CTAs, and the blocks of a CTA's units, in order, to its groups in turn: block j of a unit is
+//     quantized by one group while j + 1 and j + 2 are by the other two, so the CTA walks down a strip as
+//     fast as a group walks across a row-major round.
 //   Ranges (strip = 0): column-major, every worker one contiguous range (ranges differ by at most one
 //     tile).
-// Within a unit, consecutive blocks of a column let a group write q_t in whole 32-byte sectors across the
-// block boundary (see the q_t stores); that is why ColwiseSegments whose segments start inside a sector
-// use units longer than one block (choose_segment_order). With 32-aligned starts no sector is shared and
+// Within a unit, consecutive blocks of a column let a group (shared strips: the next group, through
+// shared memory) write q_t in whole 32-byte sectors across the block boundary (see the q_t stores); that
+// is why ColwiseSegments whose segments start inside a sector use units longer than one block
+// (choose_segment_order). With 32-aligned starts no sector is shared and
 // row-major is ahead at every size (4096 x 7168: 81 % of a copy row-major, 75 % strips of 4).
 // ColwiseSegments tiles are the used row blocks (table entries [0, blocks_per_col)) of every column
 // tile; the unused scale columns are filled separately. (Ranges that also counted them left some workers
@@ -195,18 +210,30 @@ struct TileOrder {
   int32_t strip;           // row blocks per unit; 0: one contiguous range per worker (column-major)
   int32_t strips_per_col;  // ceil(blocks_per_col / strip)
   int32_t workers;         // gridDim.x * groups
+  int32_t groups;          // consumer groups per CTA
+  // Strips only. false: unit u goes to worker (CTA u % gridDim.x, group (u / gridDim.x) % groups), which
+  // quantizes its blocks one after the other. true ("shared strips"): unit u goes to CTA u % gridDim.x,
+  // and the CTA's tiles (its units' blocks, in order) go to its groups in turn, so that neighbouring
+  // blocks are quantized by neighbouring groups at about the same time and a group hands the sector its
+  // block ends inside to the next group through shared memory (see the q_t stores).
+  bool shared;
   __host__ __device__ int32_t num_tiles() const { return blocks_per_col * num_col_tiles; }
   __host__ __device__ int32_t num_units() const { return strip == 0 ? workers : strips_per_col * num_col_tiles; }
+  // Units between two of a cursor's units, and tiles of the sequence between two of a group's tiles.
+  __host__ __device__ int32_t unit_step() const { return shared ? workers / groups : workers; }
+  __host__ __device__ int32_t tile_step() const { return shared ? groups : 1; }
 };
 
 __device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int32_t num_col_tiles, int32_t strip,
-                                                     int32_t workers) {
+                                                     int32_t workers, int32_t groups, bool shared) {
   TileOrder o;
   o.blocks_per_col = blocks_per_col;
   o.num_col_tiles = num_col_tiles;
   o.strip = strip;
   o.strips_per_col = strip == 0 ? 0 : (blocks_per_col + strip - 1) / strip;
   o.workers = workers;
+  o.groups = groups;
+  o.shared = shared && strip >= 2 && groups > 1;  // one group: its own strips
   return o;
 }
 
@@ -214,27 +241,36 @@ constexpr int32_t kMaxAutoStrip = 64;  // longer strips: ranges
 constexpr int32_t kMinAutoStrip = 4;   // shorter strips: row-major
 
 // ColwiseSegments: the order when not forced by the tuning knob (TileOrder::strip). Segments that start
-// inside a sector: the longest strip S that leaves no worker more tiles than row-major does (ceil(T / W)
-// for T tiles and W workers; strips of S give S * ceil(ceil(B / S) * C / W) for B blocks per column and
-// C column tiles), so that S - 1 of every S block boundaries write whole sectors at no cost in balance.
-// Strips shorter than kMinAutoStrip stay row-major, and beyond kMaxAutoStrip tiles per worker the order
-// is ranges (balanced to one tile, and a sector shared only where a range ends). Measured (H200 session
-// 10, `scripts/profile_quant.py order-sweep`, bf16, % of a copy, unaligned segments as the benchmark's;
-// row-major / ranges / this rule's S): 4096 x 7168 66.6 / 68.0 / 71.3 (S = 6), 8192 x 4096 61.1 / 62.6 /
-// 64.5 (6), 4096 x 24576 58.4 / 71.5 / 73.4 (18), 16384 x 7168 57.2 / 74.4 / 73.8 (19); 8192 x 2112
-// (S = 3, so row-major) 70.4 / 63.0 / 69.3 for strips of 3. (Until then: ranges from 12 tiles per
-// worker on, else row-major.)
+// inside a sector: the longest strip S that leaves no consumer group more tiles than row-major does
+// (ceil(T / W) for T tiles and W groups), so that S - 1 of every S block boundaries write whole sectors at
+// no cost in balance. With several groups per CTA the strips are shared (TileOrder::shared): U = ceil(B / S)
+// * C units for B blocks per column and C column tiles go to the G CTAs, at most S * ceil(U / G) tiles per
+// CTA, a third of them per group (of 3); one group per CTA (fp32): its own strips, S * ceil(U / W) tiles.
+// Strips shorter than kMinAutoStrip stay row-major, and beyond kMaxAutoStrip
+// tiles per group the order is ranges (balanced to one tile, and a sector shared only where a range
+// ends). Measured (H200 session 12 runs 1-2, `scripts/profile_quant.py order-sweep`, bf16, % of a copy,
+// the benchmark's unaligned / 16-aligned splits; row-major, the previous rule's strips of one group,
+// shared strips of the S this rule picks): 4096 x 7168 68.6 / 73.0, 72.1 / 71.6 (S = 6), 76.0-76.5 /
+// 77.2-78.4 (18); 8192 x 4096 62.4-63.0 / 66.6-68.1, 65.8-66.3 / 66.1-66.2 (6), 66.7-68.7 / 68.8-69.0
+// (18); 4096 x 24576 59.3-60.4 / 58.9-60.7, 74.1 / 74.5 (18), 76.6-77.0 / 77.0-77.4 (18); 16384 x 7168
+// 58.5-58.6 / 60.9-61.1, 73.6 / 76.1 (19), 71.3-72.3 / 76.7-77.4 (19; 18, a tile per group less
+// balanced, 75.6 / 77.9 twice). 8192 x 2112 (3 tiles per group) stays row-major: 73.2-73.9 / 78.8-80.9
+// against shared strips of 3 at 73.9-74.5 / 76.4-77.1. Long shared strips lose wherever they leave CTAs
+// idle or give some a unit more (strips of 18 at 8192 x 2112: 57 %; of 12 at 4096 x 7168: 62 %).
 // Every thread of the CTA calls it with the same arguments (whole warps: lane l tries S = l + 1, l + 33).
 __device__ __forceinline__ int32_t choose_segment_order(bool inside_sector, int32_t blocks_per_col,
-                                                        int32_t num_col_tiles, int32_t workers) {
+                                                        int32_t num_col_tiles, int32_t workers, int32_t groups) {
   if (!inside_sector) return 1;
   const int32_t tiles = blocks_per_col * num_col_tiles;
-  const int32_t per_worker = (tiles + workers - 1) / workers;  // row-major's (S = 1) most tiles per worker
+  const int32_t per_worker = (tiles + workers - 1) / workers;  // row-major's (S = 1) most tiles per group
   if (per_worker > kMaxAutoStrip) return 0;
+  const int32_t ctas = workers / groups;
+  const int32_t longest = min(groups * per_worker, kMaxAutoStrip);
   int32_t best = 1;
-  for (int32_t s = static_cast<int32_t>(threadIdx.x % 32) + 1; s <= per_worker; s += 32) {
-    const int32_t units = make_tile_order(blocks_per_col, num_col_tiles, s, workers).num_units();
-    if (s * ((units + workers - 1) / workers) == per_worker) best = s;
+  for (int32_t s = static_cast<int32_t>(threadIdx.x % 32) + 1; s <= longest; s += 32) {
+    const int32_t units = make_tile_order(blocks_per_col, num_col_tiles, s, workers, groups, false).num_units();
+    const int32_t per_cta = s * ((units + ctas - 1) / ctas);
+    if ((per_cta + groups - 1) / groups == per_worker) best = s;
   }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) best = max(best, __shfl_xor_sync(0xFFFFFFFFu, best, off));
@@ -242,24 +278,30 @@ __device__ __forceinline__ int32_t choose_segment_order(bool inside_sector, int3
 }
 
 // A worker's walk over its units: tiles counted as column-major linear indices (col_tile *
-// blocks_per_col + row_block); [tile, end) is what is left of the current unit, (row_block, col_tile)
-// the tile at `tile`.
+// blocks_per_col + row_block); [tile, end) is what is left of the current unit, (row_block, col_tile) the
+// tile at `tile`. Shared strips: the walk of the CTA's tile sequence, of which
+// the group takes every TileOrder::groups-th tile.
 struct TileCursor {
   int32_t tile;
   int32_t end;
   int32_t row_block;
   int32_t col_tile;
-  int32_t unit;  // the next unit is unit + workers
+  int32_t unit;  // the next unit is unit + unit_step()
 
   __device__ __forceinline__ bool valid() const { return tile < end; }
-  // Does the tile after this one continue the unit (ranges: and the column tile)?
+  // Does the next tile of the sequence continue the unit (ranges: and the column tile)?
   __device__ __forceinline__ bool unit_continues(const TileOrder& o) const {
     return tile + 1 < end && row_block + 1 < o.blocks_per_col;
+  }
+  // Shared strips: is the tile before this one in the CTA's sequence the block above it (another group's)?
+  // (Strips start at multiples of the strip length; no register for the unit's start.)
+  __device__ __forceinline__ bool follows_in_unit(const TileOrder& o) const {
+    return o.shared && row_block % o.strip != 0;
   }
 
   __device__ __forceinline__ void enter_units(const TileOrder& o) {  // from `unit` on, the first non-empty
     const int32_t units = o.num_units();
-    for (; unit < units; unit += o.workers) {
+    for (; unit < units; unit += o.unit_step()) {
       if (o.strip == 0) {
         tile = static_cast<int32_t>(static_cast<int64_t>(o.num_tiles()) * unit / o.workers);
         end = static_cast<int32_t>(static_cast<int64_t>(o.num_tiles()) * (unit + 1) / o.workers);
@@ -277,14 +319,19 @@ struct TileCursor {
     }
     tile = end = 0;
   }
-  __device__ __forceinline__ void advance(const TileOrder& o) {
+  __device__ __forceinline__ void step(const TileOrder& o) {  // the next tile of the sequence
+    if (!valid()) return;
     if (++tile == end) {
-      unit += o.workers;
+      unit += o.unit_step();
       enter_units(o);
     } else if (++row_block == o.blocks_per_col) {  // ranges only: into the next column tile
       row_block = 0;
       ++col_tile;
     }
+  }
+  __device__ __forceinline__ void advance(const TileOrder& o) {  // the group's next tile
+#pragma unroll 1
+    for (int32_t i = 0; i < o.tile_step(); ++i) step(o);
   }
 };
 
@@ -295,13 +342,18 @@ __device__ __forceinline__ int32_t worker_index(int group) {
 }
 
 // Group `group`'s cursor at its first tile. Strips: unit u goes to CTA u % gridDim.x, group
-// (u / gridDim.x) % groups. Ranges: CTA b's groups take neighbouring ranges.
+// (u / gridDim.x) % groups (shared strips: the CTA's tile `group` of its sequence). Ranges: CTA b's
+// groups take neighbouring ranges.
 template <int kGroups>
 __device__ __forceinline__ TileCursor first_tile(const TileOrder& o, int group) {
   TileCursor c;
-  c.unit = o.strip == 0 ? worker_index<kGroups>(group) : static_cast<int32_t>(blockIdx.x + group * gridDim.x);
+  c.unit = o.strip == 0 ? worker_index<kGroups>(group)
+                        : static_cast<int32_t>(blockIdx.x + (o.shared ? 0 : group * gridDim.x));
   c.tile = c.end = 0;
   c.enter_units(o);
+  if (o.shared) {
+    for (int i = 0; i < group; ++i) c.step(o);
+  }
   return c;
 }
 
@@ -452,6 +504,15 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   for (int g = 0; g < Cfg::kGroups; ++g) {
     Pipeline init(smem.pipeline[g], pipeline_params, ClusterShape{});  // warp 0 initialises the barriers
   }
+  // Shared strips' handoffs (segments with several groups): warp 0 initialises their barriers.
+  using Handoff = typename Cfg::HandoffPipeline;
+  typename Handoff::Params handoff_params;
+  handoff_params.producer_arv_count = Cfg::kConsumerThreads;
+  handoff_params.consumer_arv_count = Cfg::kConsumerThreads;
+  if constexpr (Cfg::kSegments && Cfg::kGroups > 1) {
+#pragma unroll
+    for (int g = 0; g < Cfg::kGroups; ++g) Handoff::init_barriers(smem.handoff[g], handoff_params);
+  }
   // A handle on group g's pipeline (its barriers are initialised above, once).
   auto group_pipeline = [&](int g) {
     return Pipeline(smem.pipeline[g], pipeline_params, ClusterShape{}, cute::false_type{});
@@ -488,6 +549,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   const int32_t workers = static_cast<int32_t>(gridDim.x) * Cfg::kGroups;  // consumer groups of the launch
   int32_t blocks_per_col = static_cast<int32_t>(params.num_row_blocks);
   int32_t strip = 1;
+  bool shared = false;
   if constexpr (Cfg::kSegments) {
     bool inside_sector = summary.inside_sector;
     blocks_per_col = summary.used_blocks;
@@ -499,10 +561,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     strip = params.segment_order >= 0
                 ? params.segment_order
                 : choose_segment_order(inside_sector, blocks_per_col, static_cast<int32_t>(params.num_col_tiles),
-                                       workers);
+                                       workers, Cfg::kGroups);
+    shared = params.segment_order >= 0 ? params.segment_shared : true;  // auto: shared when several groups
   }
-  const TileOrder order =
-      make_tile_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), strip, workers);
+  const TileOrder order = make_tile_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), strip, workers,
+                                          Cfg::kGroups, shared);
   probe.mark(4);
 
   // ---------------------------------------------------------------- producer: one thread
@@ -567,7 +630,10 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   };
   Pipeline pipeline = group_pipeline(group);
   typename Cfg::PipelineState state;
-  bool head_carry = false;  // ColwiseSegments: gs.carry holds the sector this block starts inside
+  bool head_carry = false;  // ColwiseSegments: carry_in (below) holds the sector this block starts inside
+  // Shared strips: this group's place in its handoff to the next group and in the previous group's.
+  typename Cfg::HandoffState handoff_out = cutlass::make_producer_start_state<typename Cfg::HandoffPipeline>();
+  typename Cfg::HandoffState handoff_in;
 
   if constexpr (Cfg::kSegments) {
     // The unused scale columns [blocks_per_col, num_row_blocks) of every column tile (all of them when
@@ -744,10 +810,12 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     // read-modify-write: segments starting 16 bytes into a sector ran at 55 % of a copy where 32-, 64- and
     // 128-aligned starts ran at 81-83 % (H200, 16384 x 7168 bf16; same DRAM traffic, +21 % L2 write
     // sectors). A block starting or ending inside a sector shares it with its neighbour, so:
-    //   - ColwiseSegments in runs (TileOrder): a group quantizes consecutive blocks of a column tile; the
-    //     sector a block ends inside is kept in gs.carry instead of stored, and the next block, which
-    //     starts inside it, stores it whole (both halves, from two lanes of one store instruction);
-    //   - where the neighbour is another group's block, only this block's bytes of the shared sector are
+    //   - ColwiseSegments in strips (TileOrder): consecutive blocks of a column tile are quantized by
+    //     one group, or with shared strips by the CTA's groups in turn; the sector a block ends inside
+    //     is kept in gs.carry instead of stored, and the next block, which starts inside it, stores it
+    //     whole (both halves, from two lanes of one store instruction), reading the carry from its own
+    //     group or from the previous group (carry_in; handed over behind the handoff barriers);
+    //   - where the neighbour is another worker's block, only this block's bytes of the shared sector are
     //     stored (byte-exact, the widest aligned stores that fit).
     // The staged block holds rows [a, a + 128) as 16-byte chunks from first_row = a - a % 16 (shifted by
     // a % 16 when a is not 16-aligned; chunks outside the staging read as zeros).
@@ -764,8 +832,28 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       };
       // ColwiseSegments: the group's next tile continues this column tile with the next block (rows from e).
       bool next_continues = false;
+      // The sector carried into this block: the group's own gs.carry from its previous block, or with
+      // shared strips the previous group's, handed over through handoff[prev_group].
+      const int prev_group = order.shared ? (group + Cfg::kGroups - 1) % Cfg::kGroups : group;
+      const auto& carry_in = smem.group[prev_group].carry;
+      auto& carry_out = gs.carry;
+      [[maybe_unused]] bool link_in = false, link_out = false;
       if constexpr (Cfg::kSegments) {
         next_continues = order.strip != 1 && cursor.unit_continues(order) && e == a + t.row_count;
+        if (order.shared) {
+          link_in = cursor.follows_in_unit(order);
+          link_out = cursor.unit_continues(order);
+          head_carry = false;
+          if (link_in) {
+            handoff_params.role = Handoff::ThreadCategory::Consumer;
+            Handoff(smem.handoff[prev_group], handoff_params, cute::false_type{}).consumer_wait(handoff_in);
+            head_carry = smem.group[prev_group].carry_handed != 0;
+          }
+          if (link_out) {  // gs.carry free again: the next group has read what it was handed last time
+            handoff_params.role = Handoff::ThreadCategory::Producer;
+            Handoff(smem.handoff[group], handoff_params, cute::false_type{}).producer_acquire(handoff_out);
+          }
+        }
       }
       const bool whole_block = e - a == Cfg::kTileRows && tile_col + Cfg::kTileCols <= p.cols;
       const bool run_mid_sector = order.strip != 1 && (a & 31) == 16;
@@ -818,15 +906,17 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           // Both halves from 8-byte slots, the carry's or the staged chunk's, without a branch, so that
           // one store instruction serves all 8 lanes.
           const int swz = qt_slot_swizzle(col);
-          const uint2* lo = k == 0 ? reinterpret_cast<const uint2*>(&gs.carry[col][0]) : &gs.qt[col][(2 * k - 2) ^ swz];
+          // (Without a carried sector lane 0 stores nothing: it reads its own staging, not carry_in.)
+          const uint2* lo = k != 0 ? &gs.qt[col][(2 * k - 2) ^ swz]
+                                   : (head_carry ? reinterpret_cast<const uint2*>(&carry_in[col][0]) : &gs.qt[col][0]);
           const uint2* hi = k == 0 ? lo + 1 : &gs.qt[col][(2 * k - 1) ^ swz];
           const uint2 l = *lo, h = *hi;
           if (k != 0 || head_carry) *reinterpret_cast<uint4*>(dst + i * dst_step) = make_uint4(l.x, l.y, h.x, h.y);
           if (k == 0) {
             const uint4 last = qt_chunk_unchecked(gs, col, Cfg::kTileRows / 16 - 1);
             if (next_continues) {
-              gs.carry[col][0] = last;
-              gs.carry[col][1] = make_uint4(0u, 0u, 0u, 0u);
+              carry_out[col][0] = last;
+              carry_out[col][1] = make_uint4(0u, 0u, 0u, 0u);
             } else {
               *reinterpret_cast<uint4*>(dst + i * dst_step + Cfg::kTileRows) = last;
             }
@@ -870,10 +960,10 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
             uint8_t* col_base = p.q_t + (tile_col + col) * p.q_t_ld;
             if (head_edge) {
               uint4 d = staged(col, h - m_off);
-              if (head_carry) d = or4(d, gs.carry[col][h]);  // the previous block's bytes, zeros past it
+              if (head_carry) d = or4(d, carry_in[col][h]);  // the previous block's bytes, zeros past it
               const int64_t lo = head_carry ? base : a;     // this sector's bytes known here: [lo, ...)
               if (one_sector && tail_carry) {
-                gs.carry[col][h] = d;
+                carry_out[col][h] = d;
               } else {
                 store_chunk_range(col_base, base + 16 * h, d, lo, one_sector ? e : base + 32);
               }
@@ -882,7 +972,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
               const int64_t r0 = (e & ~int64_t{31}) + 16 * h;
               const uint4 d = staged(col, static_cast<int>((r0 - first_row) >> 4));  // zeros past e
               if (tail_carry) {
-                gs.carry[col][h] = d;
+                carry_out[col][h] = d;
               } else {
                 store_chunk_range(col_base, r0, d, a, e);
               }
@@ -890,6 +980,21 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           }
         }
         head_carry = tail_carry;
+      }
+      if constexpr (Cfg::kSegments) {
+        if (order.shared) {
+          if (link_in) {  // carry_in read
+            handoff_params.role = Handoff::ThreadCategory::Consumer;
+            Handoff(smem.handoff[prev_group], handoff_params, cute::false_type{}).consumer_release(handoff_in);
+            ++handoff_in;
+          }
+          if (link_out) {  // head_carry now says whether carry_out holds a sector for the next group
+            if (tid_g == 0) gs.carry_handed = head_carry ? 1 : 0;
+            handoff_params.role = Handoff::ThreadCategory::Producer;
+            Handoff(smem.handoff[group], handoff_params, cute::false_type{}).producer_commit(handoff_out);
+            ++handoff_out;
+          }
+        }
       }
     }
     probe.mark_once(7);
