@@ -168,7 +168,8 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   params.q = p;
   params.num_row_blocks = row_blocks;
   params.segments = segments;
-  const SegmentOrderKnob order = kMode == QuantMode::ColwiseSegments ? segment_order_knob() : SegmentOrderKnob{1, false};
+  const SegmentOrderKnob order =
+      kMode == QuantMode::ColwiseSegments ? segment_order_knob() : SegmentOrderKnob{1, false};
   params.segment_order = order.order;
   params.segment_shared = order.shared;
   params.num_col_tiles = ceil_div(p.cols, kScaleBlockK);

@@ -673,7 +673,8 @@ _ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in
 @sm90
 @pytest.mark.parametrize("var, value, kind, message", [
     ("WGRAD_ROWWISE_CTAS_PER_SM", "-3", "rowwise", "WGRAD_ROWWISE_CTAS_PER_SM must be in \\[0, 1024\\], got '-3'"),
-    *[("WGRAD_SEGMENT_ORDER", v, "segments", _ORDER_MESSAGE.format(v)) for v in ["yes", "0", "65", "2x", "", "c", "c0", "c65"]],
+    *[("WGRAD_SEGMENT_ORDER", v, "segments", _ORDER_MESSAGE.format(v))
+      for v in ["yes", "0", "65", "2x", "", "c", "c0", "c65"]],
     ("WGRAD_COLWISE_GRID", "0", "colwise", "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '0'"),
 ])
 def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypatch):

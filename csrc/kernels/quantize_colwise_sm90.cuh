@@ -838,20 +838,41 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       const auto& carry_in = smem.group[prev_group].carry;
       auto& carry_out = gs.carry;
       [[maybe_unused]] bool link_in = false, link_out = false;
+      // Shared strips: the sector handed on comes from this block's staging alone unless the block lies
+      // inside the sector it starts in (then it also holds the carried bytes: handed on after the wait).
+      // Handed on before the wait for the previous group's sector and before this block's stores, so
+      // that the groups' store phases overlap: handing on after the stores chained them, group after
+      // group (ncu, H200 session 12: 13 % of the unaligned split's stall samples in that wait).
+      [[maybe_unused]] bool handed_early = false;
       if constexpr (Cfg::kSegments) {
         next_continues = order.strip != 1 && cursor.unit_continues(order) && e == a + t.row_count;
         if (order.shared) {
           link_in = cursor.follows_in_unit(order);
           link_out = cursor.unit_continues(order);
+          if (link_out) {  // gs.carry free again: the next group has read what it was handed last time
+            handoff_params.role = Handoff::ThreadCategory::Producer;
+            Handoff handoff(smem.handoff[group], handoff_params, cute::false_type{});
+            handoff.producer_acquire(handoff_out);
+            const bool tail_inside = next_continues && (e & 31) != 0;
+            handed_early = !tail_inside || (e & ~int64_t{31}) >= a;
+            if (handed_early) {
+              if (tail_inside) {  // thread pair (2 c, 2 c + 1): the two halves of column c's last sector
+                const int col = tid_g >> 1;
+                const int64_t r0 = (e & ~int64_t{31}) + 16 * (tid_g & 1);
+                if (tile_col + col < p.cols) {
+                  carry_out[col][tid_g & 1] = staged(col, static_cast<int>((r0 - first_row) >> 4));
+                }
+              }
+              if (tid_g == 0) gs.carry_handed = tail_inside ? 1 : 0;
+              handoff.producer_commit(handoff_out);
+              ++handoff_out;
+            }
+          }
           head_carry = false;
           if (link_in) {
             handoff_params.role = Handoff::ThreadCategory::Consumer;
             Handoff(smem.handoff[prev_group], handoff_params, cute::false_type{}).consumer_wait(handoff_in);
             head_carry = smem.group[prev_group].carry_handed != 0;
-          }
-          if (link_out) {  // gs.carry free again: the next group has read what it was handed last time
-            handoff_params.role = Handoff::ThreadCategory::Producer;
-            Handoff(smem.handoff[group], handoff_params, cute::false_type{}).producer_acquire(handoff_out);
           }
         }
       }
@@ -915,8 +936,10 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           if (k == 0) {
             const uint4 last = qt_chunk_unchecked(gs, col, Cfg::kTileRows / 16 - 1);
             if (next_continues) {
-              carry_out[col][0] = last;
-              carry_out[col][1] = make_uint4(0u, 0u, 0u, 0u);
+              if (!handed_early) {  // (shared strips: handed on above)
+                carry_out[col][0] = last;
+                carry_out[col][1] = make_uint4(0u, 0u, 0u, 0u);
+              }
             } else {
               *reinterpret_cast<uint4*>(dst + i * dst_step + Cfg::kTileRows) = last;
             }
@@ -971,10 +994,10 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
             if (tail_edge && !one_sector) {
               const int64_t r0 = (e & ~int64_t{31}) + 16 * h;
               const uint4 d = staged(col, static_cast<int>((r0 - first_row) >> 4));  // zeros past e
-              if (tail_carry) {
-                carry_out[col][h] = d;
-              } else {
+              if (!tail_carry) {
                 store_chunk_range(col_base, r0, d, a, e);
+              } else if (!handed_early) {  // (shared strips: handed on above)
+                carry_out[col][h] = d;
               }
             }
           }
@@ -988,7 +1011,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
             Handoff(smem.handoff[prev_group], handoff_params, cute::false_type{}).consumer_release(handoff_in);
             ++handoff_in;
           }
-          if (link_out) {  // head_carry now says whether carry_out holds a sector for the next group
+          if (link_out && !handed_early) {  // head_carry now says whether carry_out holds a sector for it
             if (tid_g == 0) gs.carry_handed = head_carry ? 1 : 0;
             handoff_params.role = Handoff::ThreadCategory::Producer;
             Handoff(smem.handoff[group], handoff_params, cute::false_type{}).producer_commit(handoff_out);
