@@ -175,8 +175,12 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   params.num_col_tiles = ceil_div(p.cols, kScaleBlockK);
 #ifdef WGRAD_DIAG_VARIANTS
   // Measurement build only: WGRAD_QUANT_PROBE=1 makes two CTAs print their start-up clock marks.
-  const char* probe = std::getenv("WGRAD_QUANT_PROBE");
-  params.probe = probe != nullptr && std::strcmp(probe, "1") == 0;
+  if (const char* v = std::getenv("WGRAD_QUANT_PROBE")) {
+    long probe = 0;
+    TORCH_CHECK(parse_knob_int(v, &probe) && (probe == 0 || probe == 1), "WGRAD_QUANT_PROBE must be 0 or 1, got '", v,
+                "'");
+    params.probe = static_cast<int>(probe);
+  }
 #endif
   const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
   const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
