@@ -147,6 +147,43 @@ int64_t colwise_grid(int64_t tiles, int groups, int num_sms) {
   return std::min<int64_t>(full, n);
 }
 
+// The segments kernel's automatic tile order, tabulated here for every count of used row blocks B the
+// sizes can give (B in [ceil(R / 128), floor((R + 127 G) / 128)]: at most G + 1 values), instead of being
+// chosen by every CTA at its start: that choice cost ~0.5-1.4 us per launch (the same order forced by
+// WGRAD_SEGMENT_ORDER ran 1-5 points of a copy faster on the small shapes; docs/perf-notes.md, session
+// 12). Cached per thread for the last shape (a training step casts the same shapes again and again).
+void tabulate_auto_strips(quant::ColwiseSm90Params& params, int64_t grid, int groups) {
+  struct Table {
+    int64_t rows = -1, segments = -1, col_tiles = -1, grid = -1;
+    int groups = -1;
+    int32_t first = 0, count = 0;
+    int8_t strips[quant::kMaxWarpSegments + 1] = {};
+  };
+  thread_local Table cached;
+  const int64_t rows = params.segments.rows, segments = params.segments.num_segments;
+  if (cached.rows != rows || cached.segments != segments || cached.col_tiles != params.num_col_tiles ||
+      cached.grid != grid || cached.groups != groups) {
+    Table t;
+    t.rows = rows;
+    t.segments = segments;
+    t.col_tiles = params.num_col_tiles;
+    t.grid = grid;
+    t.groups = groups;
+    const quant::SegmentBlockRange range = quant::segment_block_range(rows, segments);
+    t.first = static_cast<int32_t>(range.first);
+    t.count = static_cast<int32_t>(range.last - range.first + 1);
+    TORCH_CHECK(t.count >= 1 && t.count <= quant::kMaxWarpSegments + 1, "internal: ", t.count, " block counts");
+    for (int32_t i = 0; i < t.count; ++i) {
+      t.strips[i] = static_cast<int8_t>(quant::auto_segment_strip(t.first + i, static_cast<int32_t>(t.col_tiles),
+                                                                  static_cast<int32_t>(grid) * groups, groups));
+    }
+    cached = t;
+  }
+  params.auto_strip_first = cached.first;
+  params.auto_strip_count = cached.count;
+  std::copy(cached.strips, cached.strips + cached.count, params.auto_strips);
+}
+
 // Row-wise: one pass of every slot per CTA (8 CTAs of 256 threads resident per SM for 16-bit x), see above.
 template <typename T, bool kVec>
 void launch_rowwise(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
@@ -197,6 +234,11 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   // The kernel counts tiles in 32 bits (TileOrder). (x would need 2^45 elements to exceed it.)
   TORCH_CHECK(tiles < (int64_t{1} << 31), op, ": x has ", tiles, " tiles of 128 x 128, more than 2^31 - 1");
   const int64_t grid = colwise_grid(tiles, Cfg::kGroups, num_sms);
+  if constexpr (kMode == QuantMode::ColwiseSegments) {
+    if (params.segment_order < 0 && segments.sizes != nullptr && segments.num_segments <= quant::kMaxWarpSegments) {
+      tabulate_auto_strips(params, grid, Cfg::kGroups);
+    }
+  }
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem_bytes, stream>>>(params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -34,6 +34,7 @@
 #include "layout.h"
 #include "quantize.cuh"
 #include "quantize_numerics.cuh"
+#include "segment_order.h"
 
 namespace wgrad::quant {
 
@@ -123,6 +124,13 @@ struct ColwiseSm90Params {
   // (TileOrder::shared; only when segment_order >= 1).
   int segment_order;
   bool segment_shared;
+  // ColwiseSegments, auto order, at most kMaxWarpSegments segments: the rule's strip (auto_segment_strip)
+  // for every count of used row blocks B the sizes can give, B = auto_strip_first + i, i <
+  // auto_strip_count, computed by the host once per shape, so that no CTA spends its start on the rule.
+  // auto_strip_count 0 (or B outside, e.g. invalid sizes): the kernel chooses (choose_segment_order).
+  int32_t auto_strip_first;
+  int32_t auto_strip_count;
+  int8_t auto_strips[kMaxWarpSegments + 1];
 #ifdef WGRAD_DIAG_VARIANTS
   int probe;  // measurement build only: 1 = CTAs 0 and gridDim.x - 1 print their start-up clock probes
 #endif
@@ -237,18 +245,14 @@ __device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int
   return o;
 }
 
-constexpr int32_t kMaxAutoStrip = 64;  // longer strips: ranges
-constexpr int32_t kMinAutoStrip = 4;   // shorter strips: row-major
-
 // ColwiseSegments: the order when not forced by the tuning knob (TileOrder::strip). Segments that start
 // inside a sector: the longest strip S that leaves no consumer group more tiles than row-major does
 // (ceil(T / W) for T tiles and W groups), so that S - 1 of every S block boundaries write whole sectors at
 // no cost in balance. With several groups per CTA the strips are shared (TileOrder::shared): U = ceil(B / S)
 // * C units for B blocks per column and C column tiles go to the G CTAs, at most S * ceil(U / G) tiles per
 // CTA, a third of them per group (of 3); one group per CTA (fp32): its own strips, S * ceil(U / W) tiles.
-// Strips shorter than kMinAutoStrip stay row-major, and beyond kMaxAutoStrip
-// tiles per group the order is ranges (balanced to one tile, and a sector shared only where a range
-// ends). Measured (H200 session 12 runs 1-2, `scripts/profile_quant.py order-sweep`, bf16, % of a copy,
+// Strips shorter than kMinAutoStrip stay row-major, and beyond kMaxAutoStrip tiles per group the order is
+// ranges (balanced to one tile, and a sector shared only where a range ends). Measured (H200 session 12 runs 1-2, `scripts/profile_quant.py order-sweep`, bf16, % of a copy,
 // the benchmark's unaligned / 16-aligned splits; row-major, the previous rule's strips of one group,
 // shared strips of the S this rule picks): 4096 x 7168 68.6 / 73.0, 72.1 / 71.6 (S = 6), 76.0-76.5 /
 // 77.2-78.4 (18); 8192 x 4096 62.4-63.0 / 66.6-68.1, 65.8-66.3 / 66.1-66.2 (6), 66.7-68.7 / 68.8-69.0
@@ -257,20 +261,20 @@ constexpr int32_t kMinAutoStrip = 4;   // shorter strips: row-major
 // balanced, 75.6 / 77.9 twice). 8192 x 2112 (3 tiles per group) stays row-major: 73.2-73.9 / 78.8-80.9
 // against shared strips of 3 at 73.9-74.5 / 76.4-77.1. Long shared strips lose wherever they leave CTAs
 // idle or give some a unit more (strips of 18 at 8192 x 2112: 57 %; of 12 at 4096 x 7168: 62 %).
-// Every thread of the CTA calls it with the same arguments (whole warps: lane l tries S = l + 1, l + 33).
+// The rule itself is auto_segment_strip (segment_order.h), which the host tabulates per shape for up to
+// kMaxWarpSegments segments (ColwiseSm90Params::auto_strips); this is the same rule in the kernel for the
+// other launches (more segments, or sizes that do not sum to R). Every thread of the CTA calls it with
+// the same arguments (whole warps: lane l tries S = l + 1, l + 33).
 __device__ __forceinline__ int32_t choose_segment_order(bool inside_sector, int32_t blocks_per_col,
                                                         int32_t num_col_tiles, int32_t workers, int32_t groups) {
   if (!inside_sector) return 1;
   const int32_t tiles = blocks_per_col * num_col_tiles;
   const int32_t per_worker = (tiles + workers - 1) / workers;  // row-major's (S = 1) most tiles per group
   if (per_worker > kMaxAutoStrip) return 0;
-  const int32_t ctas = workers / groups;
   const int32_t longest = min(groups * per_worker, kMaxAutoStrip);
   int32_t best = 1;
   for (int32_t s = static_cast<int32_t>(threadIdx.x % 32) + 1; s <= longest; s += 32) {
-    const int32_t units = make_tile_order(blocks_per_col, num_col_tiles, s, workers, groups, false).num_units();
-    const int32_t per_cta = s * ((units + ctas - 1) / ctas);
-    if ((per_cta + groups - 1) / groups == per_worker) best = s;
+    if (strip_keeps_balance(s, blocks_per_col, num_col_tiles, workers, groups, per_worker)) best = s;
   }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) best = max(best, __shfl_xor_sync(0xFFFFFFFFu, best, off));
@@ -558,8 +562,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) inside_sector |= (table[b].out_start & 31) != 0;
       inside_sector = __syncthreads_or(inside_sector);
     }
-    strip = params.segment_order >= 0
-                ? params.segment_order
+    const int32_t table_index = blocks_per_col - params.auto_strip_first;  // the host's table, if it has B
+    strip = params.segment_order >= 0 ? params.segment_order
+            : !inside_sector          ? 1
+            : table_index >= 0 && table_index < params.auto_strip_count
+                ? static_cast<int32_t>(params.auto_strips[table_index])
                 : choose_segment_order(inside_sector, blocks_per_col, static_cast<int32_t>(params.num_col_tiles),
                                        workers, Cfg::kGroups);
     shared = params.segment_order >= 0 ? params.segment_shared : true;  // auto: shared when several groups

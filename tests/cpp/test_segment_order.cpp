@@ -1,0 +1,102 @@
+// Host-side checks of the segments cast's automatic tile order (kernels/segment_order.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/segment_order.h"
+
+namespace {
+
+using wgrad::quant::auto_segment_strip;
+
+// Tiles of the busiest consumer group when strips of S blocks (S >= 2) are dealt as the kernel deals
+// them (TileCursor): shared strips (groups > 1) go round-robin to the CTAs, whose tiles go round-robin to
+// its groups; one group per CTA: strips round-robin to the groups. S = 1: row-major, tile t to group
+// (t % ctas, (t / ctas) % groups).
+int64_t busiest_group(int32_t blocks, int32_t cols, int32_t ctas, int32_t groups, int32_t s) {
+  std::vector<int64_t> per_group(static_cast<size_t>(ctas) * groups, 0);
+  if (s == 1) {
+    for (int64_t t = 0; t < int64_t{blocks} * cols; ++t) ++per_group[(t % ctas) * groups + (t / ctas) % groups];
+  } else {
+    const int32_t strips = (blocks + s - 1) / s;
+    std::vector<int64_t> per_cta(ctas, 0);
+    for (int64_t u = 0; u < int64_t{strips} * cols; ++u) {
+      const int32_t strip = static_cast<int32_t>(u / cols);
+      const int64_t len = std::min<int64_t>(s, blocks - int64_t{strip} * s);
+      for (int64_t i = 0; i < len; ++i) {
+        const int64_t cta = u % ctas;
+        ++per_group[cta * groups + per_cta[cta]++ % groups];
+      }
+    }
+  }
+  return *std::max_element(per_group.begin(), per_group.end());
+}
+
+TEST(SegmentOrder, BenchmarkShapesGetTheirMeasuredStrips) {
+  // (blocks per column of the benchmark's 8 uneven segments, column tiles): strips shared by 3 groups on
+  // 132 CTAs, as measured in docs/perf-notes.md (session 12).
+  EXPECT_EQ(auto_segment_strip(36, 56, 396, 3), 18);   // 4096 x 7168
+  EXPECT_EQ(auto_segment_strip(68, 17, 396, 3), 1);    // 8192 x 2112: row-major
+  EXPECT_EQ(auto_segment_strip(68, 32, 396, 3), 18);   // 8192 x 4096
+  EXPECT_EQ(auto_segment_strip(132, 56, 396, 3), 19);  // 16384 x 7168
+  EXPECT_EQ(auto_segment_strip(36, 192, 396, 3), 18);  // 4096 x 24576
+  EXPECT_EQ(auto_segment_strip(1608, 3, 132, 1), 37);  // fp32, one group per CTA (test_quant.py's long runs)
+  EXPECT_EQ(auto_segment_strip(1608, 3, 396, 3), 39);
+}
+
+TEST(SegmentOrder, StripsNeverLeaveAGroupMoreTilesThanRowMajor) {
+  for (int32_t groups : {1, 3}) {
+    for (int32_t ctas : {1, 7, 66, 132}) {
+      for (int32_t cols = 1; cols <= 64; cols += 9) {
+        for (int32_t blocks = 1; blocks <= 300; blocks += 7) {
+          const int32_t s = auto_segment_strip(blocks, cols, ctas * groups, groups);
+          const int64_t per_worker = (int64_t{blocks} * cols + ctas * groups - 1) / (ctas * groups);
+          SCOPED_TRACE(testing::Message() << "blocks " << blocks << " cols " << cols << " ctas " << ctas
+                                          << " groups " << groups << " strip " << s);
+          if (per_worker > wgrad::quant::kMaxAutoStrip) {
+            EXPECT_EQ(s, 0);  // ranges
+            continue;
+          }
+          ASSERT_TRUE(s == 1 || (s >= wgrad::quant::kMinAutoStrip && s <= std::min<int64_t>(groups * per_worker, 64)));
+          EXPECT_LE(busiest_group(blocks, cols, ctas, groups, s), busiest_group(blocks, cols, ctas, groups, 1));
+        }
+      }
+    }
+  }
+}
+
+TEST(SegmentOrder, BlockRangeHoldsEverySplit) {
+  std::mt19937 gen(7);
+  for (int64_t rows : {1, 127, 128, 129, 1000, 8192, 8191, 200000}) {
+    for (int64_t segments : {1, 2, 8, 31, 32}) {
+      const auto range = wgrad::quant::segment_block_range(rows, segments);
+      EXPECT_LE(range.last - range.first + 1, segments + 1);
+      int64_t lo = range.last, hi = range.first;
+      for (int trial = 0; trial < 300; ++trial) {
+        // Random cut points (trial 0: all rows in one segment; trial 1: segments of 1 row, the rest last).
+        std::vector<int64_t> cuts;
+        for (int64_t g = 0; g + 1 < segments; ++g) {
+          cuts.push_back(trial == 0 ? rows : trial == 1 ? std::min(rows, g + 1)
+                                                        : std::uniform_int_distribution<int64_t>(0, rows)(gen));
+        }
+        std::sort(cuts.begin(), cuts.end());
+        int64_t prev = 0, blocks = 0;
+        for (int64_t c : cuts) {
+          blocks += (c - prev + 127) / 128;
+          prev = c;
+        }
+        blocks += (rows - prev + 127) / 128;
+        EXPECT_GE(blocks, range.first);
+        EXPECT_LE(blocks, range.last);
+        lo = std::min(lo, blocks);
+        hi = std::max(hi, blocks);
+      }
+      EXPECT_EQ(lo, range.first) << "one segment holding every row gives the fewest blocks";
+    }
+  }
+}
+
+}  // namespace
