@@ -3,6 +3,8 @@ the CUDA kernels bit for bit against the reference."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -342,6 +344,18 @@ def test_python_api_flattens_and_converts():
     _assert_bits_equal(q_s2, exp[0], "segments q_t")
     with pytest.raises(ValueError, match="at least 2 dims"):
         wgrad.quantize_fp8_1x128_rowwise(torch.zeros(8))
+
+
+@pytest.mark.parametrize("shape", [(7, 0), (2, 3, 0), (0, 5), (2, 0, 5)])
+def test_python_api_takes_empty_inputs_like_the_ops(shape):
+    # Zero rows or zero columns, with or without leading dims: the Python functions give what the ops
+    # give for the flattened [R, C] (no reshape error for C == 0).
+    x = torch.zeros(shape)
+    x2 = x.reshape(math.prod(shape[:-1]), shape[-1])
+    for name in ("rowwise", "colwise"):
+        got = getattr(wgrad, f"quantize_fp8_1x128_{name}")(x)
+        want = getattr(OPS, f"quantize_fp8_1x128_{name}")(x2, False)
+        assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in want], name
 
 
 def _wgrad_round_trip(device):

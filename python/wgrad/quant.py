@@ -27,6 +27,7 @@ leaves `q_t` unwritten (padded: the padded sizes are then meaningless too). On t
 
 from __future__ import annotations
 
+import math
 from typing import Sequence, Tuple, Union
 
 import torch
@@ -206,8 +207,10 @@ def _as_2d(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"x must have at least 2 dims [..., C], got shape {tuple(x.shape)}")
     if x.dtype not in _X_DTYPES:
         raise ValueError(f"x must be bfloat16, float16 or float32, got {x.dtype}")
-    # A copy only when x is not contiguous.
-    return x.reshape(-1, x.shape[-1]).contiguous()
+    if x.dim() == 2 and x.is_contiguous():  # the common case, without two more calls into torch per cast
+        return x
+    # A copy only when x is not contiguous. (Rows counted, not -1: C may be 0.)
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()
 
 
 def _sizes_tensor(sizes: Union[torch.Tensor, Sequence[int]], device) -> torch.Tensor:

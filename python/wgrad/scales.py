@@ -43,11 +43,12 @@ def is_mn_major(s: torch.Tensor) -> bool:
     mn, kb = s.shape
     if mn == 0 or kb == 0:
         return True
-    if mn > 1 and s.stride(0) != 1:
+    stride_mn, stride_kb = s.stride()  # (one call: this check runs twice per GEMM call, on the host's critical path)
+    if mn > 1 and stride_mn != 1:
         return False
-    if kb > 1 and (s.stride(1) % 4 != 0 or s.stride(1) < mn):
+    if kb > 1 and (stride_kb % 4 != 0 or stride_kb < mn):
         return False
-    return s.data_ptr() % 16 == 0 if s.device.type != "meta" else s.storage_offset() % 4 == 0
+    return s.storage_offset() % 4 == 0 if s.is_meta else s.data_ptr() % 16 == 0
 
 
 def to_mn_major_scales(s: torch.Tensor, mn: int, kb: int, name: str = "scales") -> torch.Tensor:
@@ -62,9 +63,9 @@ def to_mn_major_scales(s: torch.Tensor, mn: int, kb: int, name: str = "scales") 
         raise ValueError(f"{name} must be 2-D [{mn}, {kb}] or [{kb}, {mn}], got shape {tuple(s.shape)}")
     if s.dtype != torch.float32:
         raise ValueError(f"{name} must be float32, got {s.dtype}")
-    if tuple(s.shape) == (mn, kb):
+    if s.shape == (mn, kb):
         cand = s
-    elif tuple(s.shape) == (kb, mn):
+    elif s.shape == (kb, mn):
         cand = s.t()
     else:
         raise ValueError(f"{name} must have shape [{mn}, {kb}] or [{kb}, {mn}], got {tuple(s.shape)}")
