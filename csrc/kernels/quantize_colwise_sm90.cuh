@@ -252,9 +252,10 @@ __device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int
 // * C units for B blocks per column and C column tiles go to the G CTAs, at most S * ceil(U / G) tiles per
 // CTA, a third of them per group (of 3); one group per CTA (fp32): its own strips, S * ceil(U / W) tiles.
 // Strips shorter than kMinAutoStrip stay row-major, and beyond kMaxAutoStrip tiles per group the order is
-// ranges (balanced to one tile, and a sector shared only where a range ends). Measured (H200 session 12 runs 1-2, `scripts/profile_quant.py order-sweep`, bf16, % of a copy,
-// the benchmark's unaligned / 16-aligned splits; row-major, the previous rule's strips of one group,
-// shared strips of the S this rule picks): 4096 x 7168 68.6 / 73.0, 72.1 / 71.6 (S = 6), 76.0-76.5 /
+// ranges (balanced to one tile, and a sector shared only where a range ends). Measured (H200 session 12
+// runs 1-2, `scripts/profile_quant.py order-sweep`, bf16, % of a copy, the benchmark's unaligned /
+// 16-aligned splits; row-major, the previous rule's strips of one group, shared strips of the S this
+// rule picks): 4096 x 7168 68.6 / 73.0, 72.1 / 71.6 (S = 6), 76.0-76.5 /
 // 77.2-78.4 (18); 8192 x 4096 62.4-63.0 / 66.6-68.1, 65.8-66.3 / 66.1-66.2 (6), 66.7-68.7 / 68.8-69.0
 // (18); 4096 x 24576 59.3-60.4 / 58.9-60.7, 74.1 / 74.5 (18), 76.6-77.0 / 77.0-77.4 (18); 16384 x 7168
 // 58.5-58.6 / 60.9-61.1, 73.6 / 76.1 (19), 71.3-72.3 / 76.7-77.4 (19; 18, a tile per group less
@@ -263,11 +264,11 @@ __device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int
 // idle or give some a unit more (strips of 18 at 8192 x 2112: 57 %; of 12 at 4096 x 7168: 62 %).
 // The rule itself is auto_segment_strip (segment_order.h), which the host tabulates per shape for up to
 // kMaxWarpSegments segments (ColwiseSm90Params::auto_strips); this is the same rule in the kernel for the
-// other launches (more segments, or sizes that do not sum to R). Every thread of the CTA calls it with
-// the same arguments (whole warps: lane l tries S = l + 1, l + 33).
-__device__ __forceinline__ int32_t choose_segment_order(bool inside_sector, int32_t blocks_per_col,
-                                                        int32_t num_col_tiles, int32_t workers, int32_t groups) {
-  if (!inside_sector) return 1;
+// other launches (more segments, or sizes that do not sum to R), for segments that start inside a sector
+// (the others are row-major). Every thread of the CTA calls it with the same arguments (whole warps: lane
+// l tries S = l + 1, l + 33).
+__device__ __forceinline__ int32_t choose_segment_order(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
+                                                        int32_t groups) {
   const int32_t tiles = blocks_per_col * num_col_tiles;
   const int32_t per_worker = (tiles + workers - 1) / workers;  // row-major's (S = 1) most tiles per group
   if (per_worker > kMaxAutoStrip) return 0;
@@ -567,8 +568,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
             : !inside_sector          ? 1
             : table_index >= 0 && table_index < params.auto_strip_count
                 ? static_cast<int32_t>(params.auto_strips[table_index])
-                : choose_segment_order(inside_sector, blocks_per_col, static_cast<int32_t>(params.num_col_tiles),
-                                       workers, Cfg::kGroups);
+                : choose_segment_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), workers,
+                                       Cfg::kGroups);
     shared = params.segment_order >= 0 ? params.segment_shared : true;  // auto: shared when several groups
   }
   const TileOrder order = make_tile_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), strip, workers,
