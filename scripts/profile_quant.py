@@ -102,10 +102,9 @@ def _startup_kinds(x):
             ("segments_g8", lambda: segments(x, uneven, False), warm_segments)]
 
 
-def _time_us(fn, before, reps=15):
-    """Median of `reps` event-timed calls of fn, `before()` run ahead of each (outside the events)."""
-    fn()
-    return statistics.median(bench_quant._time_once_ms(fn, before) for _ in range(reps)) * 1e3
+def _time_us(fn, before):
+    """Median of 15 event-timed calls of fn (us), `before()` run ahead of each (outside the events)."""
+    return bench_quant._time_ms(fn, 15, before) * 1e3
 
 
 def startup(shapes):

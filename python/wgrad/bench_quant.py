@@ -47,9 +47,10 @@ def _time_once_ms(fn: Callable[[], object], before: Callable[[], object]) -> flo
     return start.elapsed_time(end)
 
 
-def _time_ms(fn: Callable[[], object], reps: int, flush: torch.Tensor) -> float:
+def _time_ms(fn: Callable[[], object], reps: int, before: Callable[[], object]) -> float:
+    """Median of `reps` CUDA-event intervals around fn after a warm-up call, `before()` ahead of each."""
     fn()  # warm-up (and lazy allocations)
-    return statistics.median(_time_once_ms(fn, flush.zero_) for _ in range(reps))
+    return statistics.median(_time_once_ms(fn, before) for _ in range(reps))
 
 
 def _time_pair_ms(fn: Callable[[], object], ref: Callable[[], object], reps: int,
@@ -174,7 +175,7 @@ def run_quant_bench(shapes: Optional[Sequence[Tuple[int, int]]] = None, dtype: t
             dst = torch.empty_like(src)
             ms, copy_ms = _time_pair_ms(ours, lambda: dst.copy_(src), reps, flush)
             del src, dst
-            torch_ms = _time_ms(theirs, reps, flush)
+            torch_ms = _time_ms(theirs, reps, flush.zero_)
             gbps = nbytes / ms / 1e6
             copy_gbps = nbytes / copy_ms / 1e6
             row = {
