@@ -218,6 +218,12 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
                 "'");
     params.probe = static_cast<int>(probe);
   }
+  // WGRAD_QUANT_DIAG=BITS drops part of the q_t stores (kQuantDiag* of quantize_colwise_sm90.cuh): timing only.
+  if (const char* v = std::getenv("WGRAD_QUANT_DIAG")) {
+    long diag = 0;
+    TORCH_CHECK(parse_knob_int(v, &diag) && diag >= 0 && diag <= 3, "WGRAD_QUANT_DIAG must be 0 to 3, got '", v, "'");
+    params.diag = static_cast<int>(diag);
+  }
 #endif
   const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
   const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};

@@ -3,7 +3,7 @@
 # profile of one dense shape, optionally the full benchmark. Logs under $OUT (default out/).
 #   scripts/device_run.sh [--no-tests] [--memcheck] [--racecheck] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
 #                         [--diag "BITS,BITS,..."] [--probe "R,C R,C ..."|default] [--ncu-quant "KIND:R,C ..."]
-#                         [--orders "ORDERS"]
+#                         [--orders "ORDERS"] [--quant-diag "ORDERS" ["KINDS" ["SHAPES"]]]
 # --diag: also build the measurement variant (WGRAD_DIAG_VARIANTS=1, in a copy of the tree, beside the
 # release build) and time the dense seed shapes with each WGRAD_DIAG value (docs/perf-notes.md, session 9).
 # --probe: the quantization start-up study (scripts/profile_quant.py startup) in the release build and,
@@ -13,10 +13,13 @@
 # stall samples, ncu_sass_KIND_R_C.csv).
 # --orders: the segments cast's tile orders (scripts/profile_quant.py order-sweep ORDERS) on the benchmark's
 # shapes, unaligned, 16- and 32-aligned splits.
+# --quant-diag: the same sweep in the measurement build (built as for --diag), ORDERS tokens with the
+# knob WGRAD_QUANT_DIAG (e.g. "WGRAD_SEGMENT_ORDER=c18+WGRAD_QUANT_DIAG=1,..."), over QUANT_DIAG_KINDS
+# (default segments,segments32,colwise) and QUANT_DIAG_SHAPES (default 8192,4096 4096,7168).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
-TESTS=1; MEMCHECK=0; RACECHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""; PROBE=""; NCU_QUANT=""; ORDERS=""
+TESTS=1; MEMCHECK=0; RACECHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""; PROBE=""; NCU_QUANT=""; ORDERS=""; QDIAG=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) TESTS=0 ;;
@@ -29,6 +32,7 @@ while [ $# -gt 0 ]; do
     --probe) PROBE="$2"; shift ;;
     --ncu-quant) NCU_QUANT="$2"; shift ;;
     --orders) ORDERS="$2"; shift ;;
+    --quant-diag) QDIAG="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -41,7 +45,7 @@ export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} CUDA_HOME=${CUDA_HOME:-
 export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
 t0=$(date +%s); JOBS=$MAX_JOBS
-if [ -n "$DIAG$PROBE" ]; then  # the measurement build, in a copy, beside the release build (half the jobs each)
+if [ -n "$DIAG$PROBE$QDIAG" ]; then  # the measurement build, in a copy, beside the release build (half the jobs each)
   JOBS=$(( MAX_JOBS / 2 > 0 ? MAX_JOBS / 2 : 1 ))
   rm -rf /tmp/wgrad_diag && mkdir -p /tmp/wgrad_diag && cp -r csrc python scripts setup.py /tmp/wgrad_diag/
   rm -f /tmp/wgrad_diag/python/wgrad/_C*.so
@@ -89,6 +93,13 @@ if [ -n "$ORDERS" ]; then
   t0=$(date +%s)
   python3 scripts/profile_quant.py order-sweep "$ORDERS" segments,segments16,segments32 > "$OUT/orders.txt" 2>&1
   echo "orders $(( $(date +%s) - t0 )) s"; cat "$OUT/orders.txt"
+fi
+if [ -n "$QDIAG" ]; then
+  t0=$(date +%s)
+  ( cd /tmp/wgrad_diag && PYTHONPATH=/tmp/wgrad_diag/python:${PYTHONPATH#*:} python3 scripts/profile_quant.py order-sweep \
+      "$QDIAG" "${QUANT_DIAG_KINDS:-segments,segments32,colwise}" "${QUANT_DIAG_SHAPES:-8192,4096 4096,7168}" ) \
+      > "$OUT/quant_diag.txt" 2>&1
+  echo "quant-diag $(( $(date +%s) - t0 )) s"; cat "$OUT/quant_diag.txt"
 fi
 if [ -n "$NCU_QUANT" ]; then
   t0=$(date +%s)

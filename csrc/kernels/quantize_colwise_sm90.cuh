@@ -133,8 +133,22 @@ struct ColwiseSm90Params {
   int8_t auto_strips[kMaxWarpSegments + 1];
 #ifdef WGRAD_DIAG_VARIANTS
   int probe;  // measurement build only: 1 = CTAs 0 and gridDim.x - 1 print their start-up clock probes
+  int diag;   // measurement build only: bits kQuantDiag* (the knob WGRAD_QUANT_DIAG)
 #endif
 };
+
+// Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_DIAG): bits that drop part of the tile
+// loop's q_t stores, for timing (the results are wrong); docs/perf-notes.md, session 13. Every other
+// build reads 0 and the branches compile away.
+constexpr int kQuantDiagNoQtStores = 1;      // no q_t store instructions (the data is still assembled)
+constexpr int kQuantDiagNoStoreSection = 2;  // no q_t store section at all (the handoffs still run)
+__device__ __forceinline__ int quant_diag([[maybe_unused]] const ColwiseSm90Params& params) {
+#ifdef WGRAD_DIAG_VARIANTS
+  return params.diag;
+#else
+  return 0;
+#endif
+}
 
 // Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_PROBE=1): clock64 marks of one thread at
 // fixed points of the kernel, printed at its end as cycles since the kernel's entry (docs/perf-notes.md,
@@ -417,14 +431,9 @@ __device__ __forceinline__ uint4 qt_chunk(const Storage& smem, int col, int m) {
   return qt_chunk_unchecked(smem, col, m);
 }
 
-// Staged bytes [16 k - shift, 16 k - shift + 16) of column col (shift in [1, 15]): the last `shift`
-// bytes of chunk k - 1 followed by the first 16 - shift bytes of chunk k. shift is uniform across the
+// Bytes [16 - shift, 32 - shift) of the 32 bytes (a, b), shift in [1, 15]. shift is uniform across the
 // CTA, so the word selection below is uniform branches, never dynamic register indexing.
-// kInner: k in [1, 8) (both chunks staged), no bounds checks.
-template <bool kInner = false, class Storage>
-__device__ __forceinline__ uint4 qt_shifted_chunk(const Storage& smem, int col, int k, int shift) {
-  const uint4 a = kInner ? qt_chunk_unchecked(smem, col, k - 1) : qt_chunk(smem, col, k - 1);
-  const uint4 b = kInner ? qt_chunk_unchecked(smem, col, k) : qt_chunk(smem, col, k);
+__device__ __forceinline__ uint4 join_shifted(const uint4& a, const uint4& b, int shift) {
   uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
   const int start = 16 - shift;  // first byte, in [1, 15]
   if (start & 8) {
@@ -438,6 +447,29 @@ __device__ __forceinline__ uint4 qt_shifted_chunk(const Storage& smem, int col, 
   const int bits = 8 * (start & 3);
   return make_uint4(__funnelshift_r(w[0], w[1], bits), __funnelshift_r(w[1], w[2], bits),
                     __funnelshift_r(w[2], w[3], bits), __funnelshift_r(w[3], w[4], bits));
+}
+
+// Staged bytes [16 k - shift, 16 k - shift + 16) of column col (shift in [1, 15]): the last `shift`
+// bytes of chunk k - 1 followed by the first 16 - shift bytes of chunk k.
+// kInner: k in [1, 8) (both chunks staged), no bounds checks.
+template <bool kInner = false, class Storage>
+__device__ __forceinline__ uint4 qt_shifted_chunk(const Storage& smem, int col, int k, int shift) {
+  const uint4 a = kInner ? qt_chunk_unchecked(smem, col, k - 1) : qt_chunk(smem, col, k - 1);
+  const uint4 b = kInner ? qt_chunk_unchecked(smem, col, k) : qt_chunk(smem, col, k);
+  return join_shifted(a, b, shift);
+}
+
+// The same for any k, without branches on k (the 8 lanes of a column ask for different k): both chunks
+// are read at clamped indices and zeroed by selects when outside [0, 8).
+template <class Storage>
+__device__ __forceinline__ uint4 qt_shifted_chunk_any(const Storage& smem, int col, int k, int shift) {
+  const bool a_in = static_cast<unsigned>(k - 1) < 8u;
+  const bool b_in = static_cast<unsigned>(k) < 8u;
+  // (Word by word: a select of whole uint4 lvalues made the compiler put both in local memory.)
+  const uint4 a = qt_chunk_unchecked(smem, col, a_in ? k - 1 : 0);
+  const uint4 b = qt_chunk_unchecked(smem, col, b_in ? k : 0);
+  return join_shifted(make_uint4(a_in ? a.x : 0u, a_in ? a.y : 0u, a_in ? a.z : 0u, a_in ? a.w : 0u),
+                      make_uint4(b_in ? b.x : 0u, b_in ? b.y : 0u, b_in ? b.z : 0u, b_in ? b.w : 0u), shift);
 }
 
 // Bytes [lo, hi) of a 16-byte chunk to its 16-byte aligned destination, with the widest aligned stores
@@ -477,6 +509,30 @@ __device__ __forceinline__ void store_chunk_range(uint8_t* col_base, int64_t r0,
 __device__ __forceinline__ uint4 or4(const uint4& a, const uint4& b) {
   return make_uint4(a.x | b.x, a.y | b.y, a.z | b.z, a.w | b.w);
 }
+
+// The tile loop's q_t stores. Measurement build (WGRAD_DIAG_VARIANTS): with kQuantDiagNoQtStores the
+// data is folded into the consumer's diag_sink instead (stored once at the end, so that nothing is
+// optimised away). Every other build: the plain store, written as an assignment so that the release
+// SASS is the same as without the wrapper (lambdas wrapping it changed the register allocation).
+#ifdef WGRAD_DIAG_VARIANTS
+#define WGRAD_QT_DIAG_OR(d, store)                                       \
+  do {                                                                   \
+    const uint4 qt_d_ = (d);                                             \
+    if (qdiag & kQuantDiagNoQtStores) {                                  \
+      diag_sink ^= qt_d_.x ^ qt_d_.y ^ qt_d_.z ^ qt_d_.w;                \
+    } else {                                                             \
+      store;                                                             \
+    }                                                                    \
+  } while (0)
+#define WGRAD_QT_STORE16(dst, v) WGRAD_QT_DIAG_OR(v, *reinterpret_cast<uint4*>(dst) = qt_d_)
+#define WGRAD_QT_STORE_BYTES(dst, d, lo, hi) WGRAD_QT_DIAG_OR(d, store_chunk_bytes(dst, qt_d_, lo, hi))
+#define WGRAD_QT_STORE_RANGE(col_base, r0, d, lo, hi) \
+  WGRAD_QT_DIAG_OR(d, store_chunk_range(col_base, r0, qt_d_, lo, hi))
+#else
+#define WGRAD_QT_STORE16(dst, v) (*reinterpret_cast<uint4*>(dst) = (v))
+#define WGRAD_QT_STORE_BYTES(dst, d, lo, hi) store_chunk_bytes(dst, d, lo, hi)
+#define WGRAD_QT_STORE_RANGE(col_base, r0, d, lo, hi) store_chunk_range(col_base, r0, d, lo, hi)
+#endif
 
 template <typename T, QuantMode kMode>
 __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
@@ -656,6 +712,10 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       }
     }
   }
+
+  // The q_t stores of the tile loop go through WGRAD_QT_STORE16 / _BYTES / _RANGE (defined above the kernel).
+  const int qdiag = quant_diag(params);
+  [[maybe_unused]] uint32_t diag_sink = 0;
 
   probe.mark(5);
   for (TileCursor cursor = first_tile<Cfg::kGroups>(order, group); cursor.valid(); cursor.advance(order)) {
@@ -891,7 +951,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       const int col0 = tid_g / (Cfg::kTileRows / 16);
       const int k = tid_g % (Cfg::kTileRows / 16);
       const int64_t dst_step = kColStep * p.q_t_ld;
-      if (whole_block && shift == 0 && !run_mid_sector) {
+      if (qdiag & kQuantDiagNoStoreSection) {  // measurement build only
+        head_carry = next_continues;
+      } else if (whole_block && shift == 0 && !run_mid_sector) {
         // 128 rows starting 16-aligned (every Colwise/Both block but the last), all 128 columns inside C,
         // not handing a sector on: thread tid_g stores chunk tid_g % 8 of columns tid_g / 8 + 32 i; no
         // division, no bounds checks, one address computation. (Outside runs, a block 16 bytes into a
@@ -899,7 +961,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         uint8_t* dst = p.q_t + (tile_col + col0) * p.q_t_ld + first_row + 16 * k;
 #pragma unroll
         for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
-          *reinterpret_cast<uint4*>(dst + i * dst_step) = qt_chunk_unchecked(gs, col0 + i * kColStep, k);
+          WGRAD_QT_STORE16(dst + i * dst_step, qt_chunk_unchecked(gs, col0 + i * kColStep, k));
         }
         head_carry = false;
       } else if (whole_block && shift != 0 && !head_carry && !next_continues) {
@@ -915,10 +977,10 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           const int col = col0 + i * kColStep;
           uint8_t* d = dst + i * dst_step;
           if (k < Cfg::kTileRows / 16 - 1) {
-            *reinterpret_cast<uint4*>(d + 16 * (k + 1)) = qt_shifted_chunk<true>(gs, col, k + 1, shift);
+            WGRAD_QT_STORE16(d + 16 * (k + 1), qt_shifted_chunk<true>(gs, col, k + 1, shift));
           } else {
-            store_chunk_bytes(d + Cfg::kTileRows, staged(col, Cfg::kTileRows / 16), 0, shift);
-            store_chunk_bytes(d, staged(col, 0), shift, 16);
+            WGRAD_QT_STORE_BYTES(d + Cfg::kTileRows, staged(col, Cfg::kTileRows / 16), 0, shift);
+            WGRAD_QT_STORE_BYTES(d, staged(col, 0), shift, 16);
           }
         }
         head_carry = false;
@@ -940,7 +1002,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
                                    : (head_carry ? reinterpret_cast<const uint2*>(&carry_in[col][0]) : &gs.qt[col][0]);
           const uint2* hi = k == 0 ? lo + 1 : &gs.qt[col][(2 * k - 1) ^ swz];
           const uint2 l = *lo, h = *hi;
-          if (k != 0 || head_carry) *reinterpret_cast<uint4*>(dst + i * dst_step) = make_uint4(l.x, l.y, h.x, h.y);
+          if (k != 0 || head_carry) WGRAD_QT_STORE16(dst + i * dst_step, make_uint4(l.x, l.y, h.x, h.y));
           if (k == 0) {
             const uint4 last = qt_chunk_unchecked(gs, col, Cfg::kTileRows / 16 - 1);
             if (next_continues) {
@@ -949,7 +1011,48 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
                 carry_out[col][1] = make_uint4(0u, 0u, 0u, 0u);
               }
             } else {
-              *reinterpret_cast<uint4*>(dst + i * dst_step + Cfg::kTileRows) = last;
+              WGRAD_QT_STORE16(dst + i * dst_step + Cfg::kTileRows, last);
+            }
+          }
+        }
+        head_carry = next_continues;
+      } else if (whole_block && shift != 0 && order.strip != 1) {
+        // 128 rows starting inside a 16-byte chunk, in strips (e.g. unaligned segments): the block covers
+        // [base, base + 160) with base = a & ~31, its head sector [base, base + 32) from offset o = a - base
+        // and its tail sector [base + 128, base + 160) up to o. Lane k of a column takes chunk k of
+        // [base, base + 128): lanes 2-7 the three whole middle sectors, lanes 0-1 the head sector, whole
+        // when the previous block's bytes were carried in (head_carry), else this block's bytes only
+        // (byte-exact: the neighbour is another worker's). The tail sector is carried on when the next
+        // block continues the column (shared strips: handed on above), else lanes 0-1 store this block's
+        // bytes of it. One branch-free chunk per lane and pass: the general path's per-sector task loop
+        // cost ~2x the instructions (H200 session 13, measurement build).
+        const int64_t base = a & ~int64_t{31};
+        const int o = static_cast<int>(a - base);        // in [1, 31], not 16
+        const int m_off = static_cast<int>((a >> 4) & 1);  // staged chunk m holds q_t bytes base + 16 (m + m_off)
+        uint8_t* dst = p.q_t + (tile_col + col0) * p.q_t_ld + base + 16 * k;
+        const int head_lo = o - 16 * k;  // lanes 0-1: this block's first byte in the lane's chunk (<= 0: all)
+#pragma unroll
+        for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
+          const int col = col0 + i * kColStep;
+          uint8_t* d = dst + i * dst_step;
+          uint4 v = qt_shifted_chunk_any(gs, col, k - m_off, shift);
+          if (k >= 2) {
+            WGRAD_QT_STORE16(d, v);
+          } else {
+            if (head_carry || head_lo <= 0) {
+              if (head_carry) v = or4(v, carry_in[col][k]);  // the previous block's bytes, zeros past them
+              WGRAD_QT_STORE16(d, v);
+            } else if (head_lo < 16) {
+              WGRAD_QT_STORE_BYTES(d, v, head_lo, 16);
+            }
+            if (!next_continues || !order.shared) {
+              // The tail sector's half k: this block's bytes [0, o - 16 k) of it.
+              const uint4 tail = qt_shifted_chunk_any(gs, col, 8 + k - m_off, shift);
+              if (next_continues) {
+                carry_out[col][k] = tail;  // own strips: this group's next block stores it whole
+              } else if (head_lo > 0) {
+                WGRAD_QT_STORE_BYTES(d + Cfg::kTileRows, tail, 0, head_lo < 16 ? head_lo : 16);
+              }
             }
           }
         }
@@ -979,8 +1082,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           const int col = static_cast<int>((static_cast<uint32_t>(sector) * magic) >> 16);
           const int i = i0 + (sector - col * plain);
           if (tile_col + col >= p.cols) continue;
-          *reinterpret_cast<uint4*>(p.q_t + (tile_col + col) * p.q_t_ld + base + 32 * i + 16 * h) =
-              staged(col, 2 * i + h - m_off);
+          WGRAD_QT_STORE16(p.q_t + (tile_col + col) * p.q_t_ld + base + 32 * i + 16 * h,
+                           staged(col, 2 * i + h - m_off));
         }
         // Edge sectors: thread pair (2 c, 2 c + 1) takes both edges of column c, so that the thread that
         // reads gs.carry[c][h] for the first sector is the one that refills it from the last.
@@ -996,14 +1099,14 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
               if (one_sector && tail_carry) {
                 carry_out[col][h] = d;
               } else {
-                store_chunk_range(col_base, base + 16 * h, d, lo, one_sector ? e : base + 32);
+                WGRAD_QT_STORE_RANGE(col_base, base + 16 * h, d, lo, one_sector ? e : base + 32);
               }
             }
             if (tail_edge && !one_sector) {
               const int64_t r0 = (e & ~int64_t{31}) + 16 * h;
               const uint4 d = staged(col, static_cast<int>((r0 - first_row) >> 4));  // zeros past e
               if (!tail_carry) {
-                store_chunk_range(col_base, r0, d, a, e);
+                WGRAD_QT_STORE_RANGE(col_base, r0, d, a, e);
               } else if (!handed_early) {  // (shared strips: handed on above)
                 carry_out[col][h] = d;
               }
@@ -1031,6 +1134,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     probe.mark_once(7);
   }
   probe.mark(8);
+  if ((qdiag & kQuantDiagNoQtStores) && diag_sink == 0x9E3779B9u) *p.q_t = static_cast<uint8_t>(diag_sink);
 
   // Padded segments: q_t columns [T0, q_t_ld) after the last segment's padding are 0, written by every
   // consumer thread of the launch in turn (T0 from the last used table entry; invalid sizes: q_t is not
@@ -1048,5 +1152,12 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   probe.report("consumer");
 #endif
 }
+
+#ifdef WGRAD_DIAG_VARIANTS
+#undef WGRAD_QT_DIAG_OR
+#endif
+#undef WGRAD_QT_STORE16
+#undef WGRAD_QT_STORE_BYTES
+#undef WGRAD_QT_STORE_RANGE
 
 }  // namespace wgrad::quant
