@@ -12,30 +12,61 @@ namespace wgrad::quant {
 constexpr int32_t kMaxAutoStrip = 64;  // longer strips: ranges
 constexpr int32_t kMinAutoStrip = 4;   // shorter strips: row-major
 
-// Does a strip of S blocks keep row-major's balance? Row-major gives no consumer group more than
-// per_worker = ceil(B C / W) tiles (B blocks per column, C column tiles, W groups). Strips make
-// U = ceil(B / S) C units; with several groups per CTA (shared strips) the units go to the W / groups
-// CTAs, at most S ceil(U / CTAs) tiles each, a groups-th of them per group; one group per CTA: the same
-// formula with groups = 1. (An upper bound: a column's last strip may be shorter.)
-WGRAD_HOST_DEVICE inline bool strip_keeps_balance(int32_t s, int32_t blocks_per_col, int32_t num_col_tiles,
-                                                  int32_t workers, int32_t groups, int32_t per_worker) {
-  const int32_t units = (blocks_per_col + s - 1) / s * num_col_tiles;
-  const int32_t ctas = workers / groups;
-  const int32_t per_cta = s * ((units + ctas - 1) / ctas);
-  return (per_cta + groups - 1) / groups == per_worker;
+// Tiles of the busiest worker when strips of S blocks are dealt as the kernel deals them (TileCursor):
+// U = ceil(B / S) C units (B blocks per column, C column tiles), unit u to CTA u % ctas; a column's last
+// strip has L = B - (ceil(B / S) - 1) S blocks (its units are the last C). CTA g then holds
+// S n(g) - (S - L) m(g) tiles, n(g) its units and m(g) its short ones, both largest for g = 0:
+//     S qU - (S - L) (qU - qA) + [rU > 0] L + [rA > 0] (S - L),
+// qX, rX = X / ctas, X % ctas for X = U and A = U - C. With several groups per CTA (shared strips) a
+// CTA's tiles go to its groups in turn, so its busiest group holds ceil(tiles / groups); one group per
+// CTA: the worker is the CTA.
+WGRAD_HOST_DEVICE inline int64_t strip_busiest_worker(int32_t s, int32_t blocks_per_col, int32_t num_col_tiles,
+                                                      int32_t workers, int32_t groups) {
+  const int64_t strips = (blocks_per_col + s - 1) / s;
+  const int64_t ctas = workers / groups;
+  const int64_t u = strips * num_col_tiles, a = u - num_col_tiles;
+  const int64_t last = blocks_per_col - (strips - 1) * s;
+  const int64_t qu = u / ctas, qa = a / ctas;
+  const int64_t cta = s * qu - (s - last) * (qu - qa) + (u % ctas > 0 ? last : 0) + (a % ctas > 0 ? s - last : 0);
+  return (cta + groups - 1) / groups;
 }
 
-// The rule for segments that start inside a sector (measured in docs/perf-notes.md, sessions 10 and 12):
-// 0 (ranges) beyond kMaxAutoStrip tiles per group, else the longest strip S <= min(groups * per_worker,
-// kMaxAutoStrip) that keeps the balance, or 1 (row-major) when that is shorter than kMinAutoStrip.
+// May the rule take a strip of S blocks? S a multiple of the groups per CTA (with shared strips every
+// group then takes the same blocks of every unit; strips of 17 and 19 ran 1-8 points under 18 on all four
+// shapes that take 18, H200 session 13), and its busiest worker no busier than `allowed` tiles.
+WGRAD_HOST_DEVICE inline bool strip_allowed(int32_t s, int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
+                                            int32_t groups, int64_t allowed) {
+  return s % groups == 0 && strip_busiest_worker(s, blocks_per_col, num_col_tiles, workers, groups) <= allowed;
+}
+
+// Row-major's busiest worker: ceil(B C / W) tiles.
+WGRAD_HOST_DEVICE inline int32_t row_major_busiest_worker(int32_t blocks_per_col, int32_t num_col_tiles,
+                                                          int32_t workers) {
+  return static_cast<int32_t>((int64_t{blocks_per_col} * num_col_tiles + workers - 1) / workers);
+}
+
+// The tiles per worker the rule allows in its two tries (see auto_segment_strip): row-major's, then, on
+// shapes of at least 16 tiles per worker, one more.
+WGRAD_HOST_DEVICE inline int32_t strip_allowance(int32_t per_worker, int try_index) {
+  return try_index == 0 ? per_worker : per_worker >= 16 ? per_worker + 1 : 0;
+}
+
+// The rule for segments that start inside a sector (measured in docs/perf-notes.md, sessions 10, 12 and
+// 13): 0 (ranges) beyond kMaxAutoStrip tiles per worker, else the longest strip S in [kMinAutoStrip,
+// min(groups * allowed, kMaxAutoStrip)] that strip_allowed takes with allowed = row-major's busiest
+// worker; failing that, on shapes of at least 16 tiles per worker, with one tile more (16384 x 7168: strips
+// of 18 leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than every balanced
+// strip); failing both, 1 (row-major).
 WGRAD_HOST_DEVICE inline int32_t auto_segment_strip(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
                                                     int32_t groups) {
-  const int32_t tiles = blocks_per_col * num_col_tiles;
-  const int32_t per_worker = (tiles + workers - 1) / workers;
+  const int32_t per_worker = row_major_busiest_worker(blocks_per_col, num_col_tiles, workers);
   if (per_worker > kMaxAutoStrip) return 0;
-  const int32_t longest = groups * per_worker < kMaxAutoStrip ? groups * per_worker : kMaxAutoStrip;
-  for (int32_t s = longest; s >= kMinAutoStrip; --s) {
-    if (strip_keeps_balance(s, blocks_per_col, num_col_tiles, workers, groups, per_worker)) return s;
+  for (int try_index = 0; try_index < 2; ++try_index) {
+    const int32_t allowed = strip_allowance(per_worker, try_index);
+    const int32_t longest = groups * allowed < kMaxAutoStrip ? groups * allowed : kMaxAutoStrip;
+    for (int32_t s = longest; s >= kMinAutoStrip; --s) {
+      if (strip_allowed(s, blocks_per_col, num_col_tiles, workers, groups, allowed)) return s;
+    }
   }
   return 1;
 }

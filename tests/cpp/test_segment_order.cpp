@@ -37,17 +37,35 @@ int64_t busiest_group(int32_t blocks, int32_t cols, int32_t ctas, int32_t groups
 
 TEST(SegmentOrder, BenchmarkShapesGetTheirMeasuredStrips) {
   // (blocks per column of the benchmark's 8 uneven segments, column tiles): strips shared by 3 groups on
-  // 132 CTAs, as measured in docs/perf-notes.md (session 12).
+  // 132 CTAs, as measured in docs/perf-notes.md (sessions 12 and 13).
   EXPECT_EQ(auto_segment_strip(36, 56, 396, 3), 18);   // 4096 x 7168
   EXPECT_EQ(auto_segment_strip(68, 17, 396, 3), 1);    // 8192 x 2112: row-major
   EXPECT_EQ(auto_segment_strip(68, 32, 396, 3), 18);   // 8192 x 4096
-  EXPECT_EQ(auto_segment_strip(132, 56, 396, 3), 19);  // 16384 x 7168
+  EXPECT_EQ(auto_segment_strip(132, 56, 396, 3), 18);  // 16384 x 7168: 20 tiles per group, row-major 19
   EXPECT_EQ(auto_segment_strip(36, 192, 396, 3), 18);  // 4096 x 24576
   EXPECT_EQ(auto_segment_strip(1608, 3, 132, 1), 37);  // fp32, one group per CTA (test_quant.py's long runs)
   EXPECT_EQ(auto_segment_strip(1608, 3, 396, 3), 39);
 }
 
-TEST(SegmentOrder, StripsNeverLeaveAGroupMoreTilesThanRowMajor) {
+TEST(SegmentOrder, BusiestWorkerFormulaMatchesTheDealing) {
+  for (int32_t groups : {1, 3}) {
+    for (int32_t ctas : {1, 7, 66, 132}) {
+      for (int32_t cols = 1; cols <= 64; cols += 9) {
+        for (int32_t blocks = 1; blocks <= 300; blocks += 7) {
+          for (int32_t s : {2, 3, 5, 18, 19, 64}) {
+            EXPECT_EQ(wgrad::quant::strip_busiest_worker(s, blocks, cols, ctas * groups, groups),
+                      busiest_group(blocks, cols, ctas, groups, s))
+                << "blocks " << blocks << " cols " << cols << " ctas " << ctas << " groups " << groups << " strip " << s;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SegmentOrder, StripsKeepRowMajorsBalanceToOneTile) {
+  // The rule's strip leaves no group more tiles than row-major, or (shapes of 16 or more tiles per
+  // group) one more, and is a multiple of the groups per CTA.
   for (int32_t groups : {1, 3}) {
     for (int32_t ctas : {1, 7, 66, 132}) {
       for (int32_t cols = 1; cols <= 64; cols += 9) {
@@ -60,8 +78,11 @@ TEST(SegmentOrder, StripsNeverLeaveAGroupMoreTilesThanRowMajor) {
             EXPECT_EQ(s, 0);  // ranges
             continue;
           }
-          ASSERT_TRUE(s == 1 || (s >= wgrad::quant::kMinAutoStrip && s <= std::min<int64_t>(groups * per_worker, 64)));
-          EXPECT_LE(busiest_group(blocks, cols, ctas, groups, s), busiest_group(blocks, cols, ctas, groups, 1));
+          ASSERT_TRUE(s == 1 || (s >= wgrad::quant::kMinAutoStrip && s % groups == 0 &&
+                                 s <= std::min<int64_t>(groups * (per_worker + 1), 64)));
+          const int64_t row_major = busiest_group(blocks, cols, ctas, groups, 1);
+          EXPECT_EQ(row_major, per_worker);
+          EXPECT_LE(busiest_group(blocks, cols, ctas, groups, s), row_major + (per_worker >= 16 ? 1 : 0));
         }
       }
     }
