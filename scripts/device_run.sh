@@ -3,7 +3,7 @@
 # profile of one dense shape, optionally the full benchmark. Logs under $OUT (default out/).
 #   scripts/device_run.sh [--no-tests] [--memcheck] [--racecheck] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
 #                         [--diag "BITS,BITS,..."] [--probe "R,C R,C ..."|default] [--ncu-quant "KIND:R,C ..."]
-#                         [--orders "ORDERS"] [--quant-diag "ORDERS" ["KINDS" ["SHAPES"]]]
+#                         [--orders "ORDERS"] [--quant-diag "ORDERS"]
 # --diag: also build the measurement variant (WGRAD_DIAG_VARIANTS=1, in a copy of the tree, beside the
 # release build) and time the dense seed shapes with each WGRAD_DIAG value (docs/perf-notes.md, session 9).
 # --probe: the quantization start-up study (scripts/profile_quant.py startup) in the release build and,
