@@ -157,7 +157,7 @@ void tabulate_auto_strips(quant::ColwiseSm90Params& params, int64_t grid, int gr
     int64_t rows = -1, segments = -1, col_tiles = -1, grid = -1;
     int groups = -1;
     int32_t first = 0, count = 0;
-    int8_t strips[quant::kMaxWarpSegments + 1] = {};
+    int8_t strips[2][quant::kMaxWarpSegments + 1] = {};  // [0] some start inside a 16-byte chunk, [1] none
   };
   thread_local Table cached;
   const int64_t rows = params.segments.rows, segments = params.segments.num_segments;
@@ -173,15 +173,19 @@ void tabulate_auto_strips(quant::ColwiseSm90Params& params, int64_t grid, int gr
     t.first = static_cast<int32_t>(range.first);
     t.count = static_cast<int32_t>(range.last - range.first + 1);
     TORCH_CHECK(t.count >= 1 && t.count <= quant::kMaxWarpSegments + 1, "internal: ", t.count, " block counts");
-    for (int32_t i = 0; i < t.count; ++i) {
-      t.strips[i] = static_cast<int8_t>(quant::auto_segment_strip(t.first + i, static_cast<int32_t>(t.col_tiles),
-                                                                  static_cast<int32_t>(grid) * groups, groups));
+    for (int starts16 = 0; starts16 < 2; ++starts16) {
+      for (int32_t i = 0; i < t.count; ++i) {
+        t.strips[starts16][i] = static_cast<int8_t>(quant::auto_segment_strip(
+            t.first + i, static_cast<int32_t>(t.col_tiles), static_cast<int32_t>(grid) * groups, groups, starts16 != 0));
+      }
     }
     cached = t;
   }
   params.auto_strip_first = cached.first;
   params.auto_strip_count = cached.count;
-  std::copy(cached.strips, cached.strips + cached.count, params.auto_strips);
+  for (int starts16 = 0; starts16 < 2; ++starts16) {
+    std::copy(cached.strips[starts16], cached.strips[starts16] + cached.count, params.auto_strips[starts16]);
+  }
 }
 
 // Row-wise: one pass of every slot per CTA (8 CTAs of 256 threads resident per SM for 16-bit x), see above.

@@ -427,6 +427,7 @@ __device__ void build_segment_table(const SegmentTableArgs& a, SegmentStart* seg
 struct SegmentSummary {
   int32_t used_blocks;  // row blocks with rows (0 when the sizes are invalid): a prefix of the table
   bool inside_sector;   // some used segment starts inside a 32-byte sector of q_t (out_start % 32 != 0)
+  bool inside_chunk;    // some used segment starts inside a 16-byte chunk of q_t (out_start % 16 != 0)
 };
 
 constexpr int kMaxWarpSegments = 32;  // build_segment_table_warps: one segment per lane
@@ -463,6 +464,7 @@ __device__ __forceinline__ SegmentSummary build_segment_table_warps(const Segmen
   SegmentSummary summary;
   summary.used_blocks = valid ? static_cast<int32_t>(__shfl_sync(0xFFFFFFFFu, blocks_incl, 31)) : 0;
   summary.inside_sector = valid && __ballot_sync(0xFFFFFFFFu, usize > 0 && (out_start & 31) != 0) != 0u;
+  summary.inside_chunk = valid && __ballot_sync(0xFFFFFFFFu, usize > 0 && (out_start & 15) != 0) != 0u;
 
   for (int64_t base = int64_t{warp} * 32; base < a.num_row_blocks; base += int64_t{warps} * 32) {
     const int32_t b = static_cast<int32_t>(base + lane);

@@ -128,9 +128,10 @@ struct ColwiseSm90Params {
   // for every count of used row blocks B the sizes can give, B = auto_strip_first + i, i <
   // auto_strip_count, computed by the host once per shape, so that no CTA spends its start on the rule.
   // auto_strip_count 0 (or B outside, e.g. invalid sizes): the kernel chooses (choose_segment_order).
+  // [0]: some segment starts inside a 16-byte chunk of q_t; [1]: all start on multiples of 16 bytes.
   int32_t auto_strip_first;
   int32_t auto_strip_count;
-  int8_t auto_strips[kMaxWarpSegments + 1];
+  int8_t auto_strips[2][kMaxWarpSegments + 1];
 #ifdef WGRAD_DIAG_VARIANTS
   int probe;  // measurement build only: 1 = CTAs 0 and gridDim.x - 1 print their start-up clock probes
   int diag;   // measurement build only: bits kQuantDiag* (the knob WGRAD_QUANT_DIAG)
@@ -284,9 +285,10 @@ __device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int
 // (the others are row-major). Every thread of the CTA calls it with the same arguments (whole warps: lane
 // l tries S = l + 1, l + 33).
 __device__ __forceinline__ int32_t choose_segment_order(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
-                                                        int32_t groups) {
+                                                        int32_t groups, bool starts16) {
   const int32_t per_worker = row_major_busiest_worker(blocks_per_col, num_col_tiles, workers);
   if (per_worker > kMaxAutoStrip) return 0;
+  if (starts16 && per_worker <= kMaxRowMajorTiles16) return 1;
   for (int try_index = 0; try_index < 2; ++try_index) {
     const int32_t allowed = strip_allowance(per_worker, try_index);
     const int32_t longest = min(groups * allowed, kMaxAutoStrip);
@@ -617,20 +619,24 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   int32_t strip = 1;
   bool shared = false;
   if constexpr (Cfg::kSegments) {
-    bool inside_sector = summary.inside_sector;
+    bool inside_sector = summary.inside_sector, inside_chunk = summary.inside_chunk;
     blocks_per_col = summary.used_blocks;
     if (!warp_table) {
       blocks_per_col = static_cast<int32_t>(used_row_blocks(table, params.num_row_blocks));
-      for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) inside_sector |= (table[b].out_start & 31) != 0;
+      for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) {
+        inside_sector |= (table[b].out_start & 31) != 0;
+        inside_chunk |= (table[b].out_start & 15) != 0;
+      }
       inside_sector = __syncthreads_or(inside_sector);
+      inside_chunk = __syncthreads_or(inside_chunk);
     }
     const int32_t table_index = blocks_per_col - params.auto_strip_first;  // the host's table, if it has B
     strip = params.segment_order >= 0 ? params.segment_order
             : !inside_sector          ? 1
             : table_index >= 0 && table_index < params.auto_strip_count
-                ? static_cast<int32_t>(params.auto_strips[table_index])
+                ? static_cast<int32_t>(params.auto_strips[inside_chunk ? 0 : 1][table_index])
                 : choose_segment_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), workers,
-                                       Cfg::kGroups);
+                                       Cfg::kGroups, !inside_chunk);
     shared = params.segment_order >= 0 ? params.segment_shared : true;  // auto: shared when several groups
   }
   const TileOrder order = make_tile_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), strip, workers,

@@ -33,10 +33,15 @@ WGRAD_HOST_DEVICE inline int64_t strip_busiest_worker(int32_t s, int32_t blocks_
 
 // May the rule take a strip of S blocks? S a multiple of the groups per CTA (with shared strips every
 // group then takes the same blocks of every unit; strips of 17 and 19 ran 1-8 points under 18 on all four
-// shapes that take 18, H200 session 13), and its busiest worker no busier than `allowed` tiles.
+// shapes that take 18, H200 session 13), at most a fifth of the CTAs without a unit (row-major keeps them
+// all busy; 8192 x 1536: strips of 9 left 36 of 132 idle and ran 6 points under row-major, 4096 x 7168:
+// strips of 18 leave 20 idle and run 10 points over it), and its busiest worker no busier than `allowed`
+// tiles.
 WGRAD_HOST_DEVICE inline bool strip_allowed(int32_t s, int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
                                             int32_t groups, int64_t allowed) {
-  return s % groups == 0 && strip_busiest_worker(s, blocks_per_col, num_col_tiles, workers, groups) <= allowed;
+  const int64_t units = int64_t{(blocks_per_col + s - 1) / s} * num_col_tiles;
+  return s % groups == 0 && 5 * units >= 4 * int64_t{workers / groups} &&
+         strip_busiest_worker(s, blocks_per_col, num_col_tiles, workers, groups) <= allowed;
 }
 
 // Row-major's busiest worker: ceil(B C / W) tiles.
@@ -44,6 +49,13 @@ WGRAD_HOST_DEVICE inline int32_t row_major_busiest_worker(int32_t blocks_per_col
                                                           int32_t workers) {
   return static_cast<int32_t>((int64_t{blocks_per_col} * num_col_tiles + workers - 1) / workers);
 }
+
+// Segments whose starts are all multiples of 16 bytes of q_t (and some not of 32) stay row-major up to
+// this many tiles per worker: row-major writes their shared sectors as whole 16-byte halves, and strips
+// ran 2-11 points under it there (H200 session 13: 8192 x 1536 / 2112 / 2560, 3-4 tiles per group,
+// row-major 83.4 / 79.3 / 79.3 % against strips of 6 / 3 / 12 at 72.7 / 77.3 / 75.3 %); from 6 tiles per
+// group on, strips win for them too (4096 x 7168: 77.4 against 71.8 %).
+constexpr int32_t kMaxRowMajorTiles16 = 4;
 
 // The tiles per worker the rule allows in its two tries (see auto_segment_strip): row-major's, then, on
 // shapes of at least 16 tiles per worker, one more.
@@ -56,11 +68,13 @@ WGRAD_HOST_DEVICE inline int32_t strip_allowance(int32_t per_worker, int try_ind
 // min(groups * allowed, kMaxAutoStrip)] that strip_allowed takes with allowed = row-major's busiest
 // worker; failing that, on shapes of at least 16 tiles per worker, with one tile more (16384 x 7168: strips
 // of 18 leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than every balanced
-// strip); failing both, 1 (row-major).
+// strip); failing both, 1 (row-major). starts16: every segment starts on a multiple of 16 bytes of q_t
+// (row-major up to kMaxRowMajorTiles16 tiles per worker).
 WGRAD_HOST_DEVICE inline int32_t auto_segment_strip(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
-                                                    int32_t groups) {
+                                                    int32_t groups, bool starts16) {
   const int32_t per_worker = row_major_busiest_worker(blocks_per_col, num_col_tiles, workers);
   if (per_worker > kMaxAutoStrip) return 0;
+  if (starts16 && per_worker <= kMaxRowMajorTiles16) return 1;
   for (int try_index = 0; try_index < 2; ++try_index) {
     const int32_t allowed = strip_allowance(per_worker, try_index);
     const int32_t longest = groups * allowed < kMaxAutoStrip ? groups * allowed : kMaxAutoStrip;

@@ -37,14 +37,23 @@ int64_t busiest_group(int32_t blocks, int32_t cols, int32_t ctas, int32_t groups
 
 TEST(SegmentOrder, BenchmarkShapesGetTheirMeasuredStrips) {
   // (blocks per column of the benchmark's 8 uneven segments, column tiles): strips shared by 3 groups on
-  // 132 CTAs, as measured in docs/perf-notes.md (sessions 12 and 13).
-  EXPECT_EQ(auto_segment_strip(36, 56, 396, 3), 18);   // 4096 x 7168
-  EXPECT_EQ(auto_segment_strip(68, 17, 396, 3), 1);    // 8192 x 2112: row-major
-  EXPECT_EQ(auto_segment_strip(68, 32, 396, 3), 18);   // 8192 x 4096
-  EXPECT_EQ(auto_segment_strip(132, 56, 396, 3), 18);  // 16384 x 7168: 20 tiles per group, row-major 19
-  EXPECT_EQ(auto_segment_strip(36, 192, 396, 3), 18);  // 4096 x 24576
-  EXPECT_EQ(auto_segment_strip(1608, 3, 132, 1), 37);  // fp32, one group per CTA (test_quant.py's long runs)
-  EXPECT_EQ(auto_segment_strip(1608, 3, 396, 3), 39);
+  // 132 CTAs, as measured in docs/perf-notes.md (sessions 12 and 13), for segments that start inside
+  // 16-byte chunks (false) and on multiples of 16 bytes (true).
+  for (bool starts16 : {false, true}) {
+    EXPECT_EQ(auto_segment_strip(36, 56, 396, 3, starts16), 18);   // 4096 x 7168
+    EXPECT_EQ(auto_segment_strip(68, 17, 396, 3, starts16), 1);    // 8192 x 2112: row-major
+    EXPECT_EQ(auto_segment_strip(68, 32, 396, 3, starts16), 18);   // 8192 x 4096
+    EXPECT_EQ(auto_segment_strip(132, 56, 396, 3, starts16), 18);  // 16384 x 7168: 20 tiles per group, row-major 19
+    EXPECT_EQ(auto_segment_strip(36, 192, 396, 3, starts16), 18);  // 4096 x 24576
+    EXPECT_EQ(auto_segment_strip(1608, 3, 132, 1, starts16), 37);  // fp32, one group per CTA (test_quant.py)
+    EXPECT_EQ(auto_segment_strip(1608, 3, 396, 3, starts16), 39);
+  }
+  // Small shapes (session 13, run 8): strips of 9 at 8192 x 1536 would leave 36 CTAs idle; sizes that are
+  // multiples of 16 stay row-major at 3-4 tiles per group.
+  EXPECT_EQ(auto_segment_strip(68, 12, 396, 3, false), 6);   // 8192 x 1536
+  EXPECT_EQ(auto_segment_strip(68, 12, 396, 3, true), 1);
+  EXPECT_EQ(auto_segment_strip(68, 20, 396, 3, false), 12);  // 8192 x 2560
+  EXPECT_EQ(auto_segment_strip(68, 20, 396, 3, true), 1);
 }
 
 TEST(SegmentOrder, BusiestWorkerFormulaMatchesTheDealing) {
@@ -65,12 +74,12 @@ TEST(SegmentOrder, BusiestWorkerFormulaMatchesTheDealing) {
 
 TEST(SegmentOrder, StripsKeepRowMajorsBalanceToOneTile) {
   // The rule's strip leaves no group more tiles than row-major, or (shapes of 16 or more tiles per
-  // group) one more, and is a multiple of the groups per CTA.
+  // group) one more, is a multiple of the groups per CTA, and leaves at most a fifth of the CTAs idle.
   for (int32_t groups : {1, 3}) {
     for (int32_t ctas : {1, 7, 66, 132}) {
       for (int32_t cols = 1; cols <= 64; cols += 9) {
         for (int32_t blocks = 1; blocks <= 300; blocks += 7) {
-          const int32_t s = auto_segment_strip(blocks, cols, ctas * groups, groups);
+          const int32_t s = auto_segment_strip(blocks, cols, ctas * groups, groups, false);
           const int64_t per_worker = (int64_t{blocks} * cols + ctas * groups - 1) / (ctas * groups);
           SCOPED_TRACE(testing::Message() << "blocks " << blocks << " cols " << cols << " ctas " << ctas
                                           << " groups " << groups << " strip " << s);
@@ -80,6 +89,12 @@ TEST(SegmentOrder, StripsKeepRowMajorsBalanceToOneTile) {
           }
           ASSERT_TRUE(s == 1 || (s >= wgrad::quant::kMinAutoStrip && s % groups == 0 &&
                                  s <= std::min<int64_t>(groups * (per_worker + 1), 64)));
+          if (s > 1) EXPECT_GE(5 * ((blocks + s - 1) / s) * int64_t{cols}, 4 * int64_t{ctas});
+          if (per_worker <= wgrad::quant::kMaxRowMajorTiles16) {
+            EXPECT_EQ(auto_segment_strip(blocks, cols, ctas * groups, groups, true), 1);
+          } else {
+            EXPECT_EQ(auto_segment_strip(blocks, cols, ctas * groups, groups, true), s);
+          }
           const int64_t row_major = busiest_group(blocks, cols, ctas, groups, 1);
           EXPECT_EQ(row_major, per_worker);
           EXPECT_LE(busiest_group(blocks, cols, ctas, groups, s), row_major + (per_worker >= 16 ? 1 : 0));
