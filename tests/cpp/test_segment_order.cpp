@@ -89,7 +89,9 @@ TEST(SegmentOrder, StripsKeepRowMajorsBalanceToOneTile) {
           }
           ASSERT_TRUE(s == 1 || (s >= wgrad::quant::kMinAutoStrip && s % groups == 0 &&
                                  s <= std::min<int64_t>(groups * (per_worker + 1), 64)));
-          if (s > 1) EXPECT_GE(5 * ((blocks + s - 1) / s) * int64_t{cols}, 4 * int64_t{ctas});
+          if (s > 1) {
+            EXPECT_GE(5 * ((blocks + s - 1) / s) * int64_t{cols}, 4 * int64_t{ctas});
+          }
           if (per_worker <= wgrad::quant::kMaxRowMajorTiles16) {
             EXPECT_EQ(auto_segment_strip(blocks, cols, ctas * groups, groups, true), 1);
           } else {
