@@ -27,22 +27,13 @@
 
 #include <cuda.h>
 
+#include "diag.h"
 #include "group_walker.cuh"
 #include "mma_atoms.h"
 #include "named_barriers.h"
 #include "tile_config.h"
 
 namespace wgrad {
-
-// The measurement variants' bits (tile_config.h): 0 unless this is a measurement build.
-template <class Params>
-__device__ __forceinline__ int diag_of([[maybe_unused]] const Params& p) {
-#ifdef WGRAD_DIAG_VARIANTS
-  return p.diag;
-#else
-  return 0;
-#endif
-}
 
 // One stage's job for the shifters (contiguous-K). shift == 0: the stage was loaded aligned, nothing
 // to do; shift < 0: the producer is done, no more stages follow.

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 
+#include "diag.h"
 #include "layout.h"
 #include "quantize.cuh"
 #include "quantize_numerics.cuh"
@@ -138,18 +139,10 @@ struct ColwiseSm90Params {
 #endif
 };
 
-// Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_DIAG): bits that drop part of the tile
-// loop's q_t stores, for timing (the results are wrong); docs/perf-notes.md, session 13. Every other
-// build reads 0 and the branches compile away.
+// Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_DIAG; diag_of): bits that drop part of
+// the tile loop's q_t stores, for timing (the results are wrong); docs/perf-notes.md, session 13.
 constexpr int kQuantDiagNoQtStores = 1;      // no q_t store instructions (the data is still assembled)
 constexpr int kQuantDiagNoStoreSection = 2;  // no q_t store section at all (the handoffs still run)
-__device__ __forceinline__ int quant_diag([[maybe_unused]] const ColwiseSm90Params& params) {
-#ifdef WGRAD_DIAG_VARIANTS
-  return params.diag;
-#else
-  return 0;
-#endif
-}
 
 // Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_PROBE=1): clock64 marks of one thread at
 // fixed points of the kernel, printed at its end as cycles since the kernel's entry (docs/perf-notes.md,
@@ -725,7 +718,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   }
 
   // The q_t stores of the tile loop go through WGRAD_QT_STORE16 / _BYTES / _RANGE (defined above the kernel).
-  const int qdiag = quant_diag(params);
+  const int qdiag = diag_of(params);
   [[maybe_unused]] uint32_t diag_sink = 0;
 
   probe.mark(5);
