@@ -284,7 +284,7 @@ __device__ __forceinline__ int32_t choose_segment_order(int32_t blocks_per_col, 
   if (starts16 && per_worker <= kMaxRowMajorTiles16) return 1;
   for (int try_index = 0; try_index < 2; ++try_index) {
     const int32_t allowed = strip_allowance(per_worker, try_index);
-    const int32_t longest = min(groups * allowed, kMaxAutoStrip);
+    const int32_t longest = longest_strip(groups, allowed);
     int32_t best = 1;
     for (int32_t s = static_cast<int32_t>(threadIdx.x % 32) + 1; s <= longest; s += 32) {
       if (strip_allowed(s, blocks_per_col, num_col_tiles, workers, groups, allowed)) best = s;
@@ -588,7 +588,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   const RowBlock* table = p.row_blocks;
   const bool warp_table = Cfg::kSegments && params.segments.sizes != nullptr &&
                           params.segments.num_segments <= kMaxWarpSegments;
-  SegmentSummary summary{0, false};
+  SegmentSummary summary{0, false, false};
   if constexpr (Cfg::kSegments) {
     if (params.segments.sizes != nullptr) {
       const SegmentTableArgs& a = params.segments;

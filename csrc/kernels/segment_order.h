@@ -63,6 +63,11 @@ WGRAD_HOST_DEVICE inline int32_t strip_allowance(int32_t per_worker, int try_ind
   return try_index == 0 ? per_worker : per_worker >= 16 ? per_worker + 1 : 0;
 }
 
+// The longest strip the rule tries when it allows `allowed` tiles per worker.
+WGRAD_HOST_DEVICE inline int32_t longest_strip(int32_t groups, int32_t allowed) {
+  return groups * allowed < kMaxAutoStrip ? groups * allowed : kMaxAutoStrip;
+}
+
 // The rule for segments that start inside a sector (measured in docs/perf-notes.md, sessions 10, 12 and
 // 13): 0 (ranges) beyond kMaxAutoStrip tiles per worker, else the longest strip S in [kMinAutoStrip,
 // min(groups * allowed, kMaxAutoStrip)] that strip_allowed takes with allowed = row-major's busiest
@@ -77,8 +82,7 @@ WGRAD_HOST_DEVICE inline int32_t auto_segment_strip(int32_t blocks_per_col, int3
   if (starts16 && per_worker <= kMaxRowMajorTiles16) return 1;
   for (int try_index = 0; try_index < 2; ++try_index) {
     const int32_t allowed = strip_allowance(per_worker, try_index);
-    const int32_t longest = groups * allowed < kMaxAutoStrip ? groups * allowed : kMaxAutoStrip;
-    for (int32_t s = longest; s >= kMinAutoStrip; --s) {
+    for (int32_t s = longest_strip(groups, allowed); s >= kMinAutoStrip; --s) {
       if (strip_allowed(s, blocks_per_col, num_col_tiles, workers, groups, allowed)) return s;
     }
   }
