@@ -57,10 +57,18 @@ WGRAD_HOST_DEVICE inline int32_t row_major_busiest_worker(int32_t blocks_per_col
 // group on, strips win for them too (4096 x 7168: 77.4 against 71.8 %).
 constexpr int32_t kMaxRowMajorTiles16 = 4;
 
+// Shapes of at least this many tiles per worker may take a strip that gives the busiest worker one tile
+// more than row-major when no strip keeps row-major's balance (H200, sessions 13 and 14, unaligned /
+// 16-aligned sizes, % of a copy): 16384 x 7168 (19 per group), strips of 18 (20) 2-5 points over every
+// balanced strip; at 10 per group, 8192 x 7168 strips of 9 73.0-74.9 / 75.1-75.5 against row-major's
+// 61.9-62.7 / 66.0-66.9, 2048 x 24576 strips of 12 68.9 / 72.7 against 65.4 / 61.4; but at 8, 2048 x 18432
+// strips of 6 66.1 / 65.2 against row-major's 67.3 / 66.7.
+constexpr int32_t kMinTilesForOneMore = 10;
+
 // The tiles per worker the rule allows in its two tries (see auto_segment_strip): row-major's, then, on
-// shapes of at least 16 tiles per worker, one more.
+// shapes of at least kMinTilesForOneMore tiles per worker, one more.
 WGRAD_HOST_DEVICE inline int32_t strip_allowance(int32_t per_worker, int try_index) {
-  return try_index == 0 ? per_worker : per_worker >= 16 ? per_worker + 1 : 0;
+  return try_index == 0 ? per_worker : per_worker >= kMinTilesForOneMore ? per_worker + 1 : 0;
 }
 
 // The longest strip the rule tries when it allows `allowed` tiles per worker.
@@ -71,9 +79,9 @@ WGRAD_HOST_DEVICE inline int32_t longest_strip(int32_t groups, int32_t allowed) 
 // The rule for segments that start inside a sector (measured in docs/perf-notes.md, sessions 10, 12 and
 // 13): 0 (ranges) beyond kMaxAutoStrip tiles per worker, else the longest strip S in [kMinAutoStrip,
 // min(groups * allowed, kMaxAutoStrip)] that strip_allowed takes with allowed = row-major's busiest
-// worker; failing that, on shapes of at least 16 tiles per worker, with one tile more (16384 x 7168: strips
-// of 18 leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than every balanced
-// strip); failing both, 1 (row-major). starts16: every segment starts on a multiple of 16 bytes of q_t
+// worker; failing that, on shapes of at least kMinTilesForOneMore tiles per worker, with one tile more
+// (16384 x 7168: strips of 18 leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than
+// every balanced strip; 8192 x 7168: strips of 9, 11 against 10, +10 points); failing both, 1 (row-major). starts16: every segment starts on a multiple of 16 bytes of q_t
 // (row-major up to kMaxRowMajorTiles16 tiles per worker).
 WGRAD_HOST_DEVICE inline int32_t auto_segment_strip(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
                                                     int32_t groups, bool starts16) {
