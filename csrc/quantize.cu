@@ -215,22 +215,29 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   params.segment_shared = order.shared;
   params.num_col_tiles = ceil_div(p.cols, kScaleBlockK);
 #ifdef WGRAD_DIAG_VARIANTS
-  // Measurement build only: WGRAD_QUANT_PROBE=1 makes two CTAs print their start-up clock marks.
+  // Measurement build only: WGRAD_QUANT_PROBE=1 makes two CTAs print their start-up clock marks, 2 every
+  // consumer group its timeline.
   if (const char* v = std::getenv("WGRAD_QUANT_PROBE")) {
     long probe = 0;
-    TORCH_CHECK(parse_knob_int(v, &probe) && (probe == 0 || probe == 1), "WGRAD_QUANT_PROBE must be 0 or 1, got '", v,
+    TORCH_CHECK(parse_knob_int(v, &probe) && (probe >= 0 && probe <= 2), "WGRAD_QUANT_PROBE must be 0, 1 or 2, got '", v,
                 "'");
     params.probe = static_cast<int>(probe);
   }
   // WGRAD_QUANT_DIAG=BITS drops part of the q_t stores (kQuantDiag* of quantize_colwise_sm90.cuh): timing only.
   if (const char* v = std::getenv("WGRAD_QUANT_DIAG")) {
     long diag = 0;
-    TORCH_CHECK(parse_knob_int(v, &diag) && diag >= 0 && diag <= 3, "WGRAD_QUANT_DIAG must be 0 to 3, got '", v, "'");
+    TORCH_CHECK(parse_knob_int(v, &diag) && diag >= 0 && diag <= 31, "WGRAD_QUANT_DIAG must be 0 to 31, got '", v, "'");
     params.diag = static_cast<int>(diag);
   }
 #endif
-  const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
-  const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
+  uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
+  uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
+#ifdef WGRAD_DIAG_VARIANTS
+  if (params.diag & wgrad::quant::kQuantDiagPaddedPitch) {  // timing only: rows of C + 64 elements, as many as fit in x
+    strides[0] = static_cast<uint64_t>(p.cols + 64) * sizeof(T);
+    dims[1] = static_cast<uint64_t>(p.rows) * p.cols / (p.cols + 64);
+  }
+#endif
   const uint32_t box[2] = {static_cast<uint32_t>(Cfg::kTileCols), static_cast<uint32_t>(Cfg::kBoxRows)};
   const std::string err = encode_tma_descriptor(&params.tma_x, tma_dtype<T>(), 2, p.x, dims, strides, box,
                                                 CU_TENSOR_MAP_SWIZZLE_NONE);

@@ -16,6 +16,11 @@ For each KIND (default segments,segments16; colwise and both too, which the orde
 and shape (default the benchmark's), in one process, the settings interleaved within each of
 SWEEP_REPS (default 3) repetitions and every call timed beside a copy of the same bytes; prints % of a copy.
 
+  python3 scripts/profile_quant.py timeline KIND:R,C ... > LOG; python3 scripts/profile_quant.py timeline-summary LOG
+
+(measurement build) runs each cast once after an L2 flush with every consumer group printing when its
+tiles landed and when it ended (WGRAD_QUANT_PROBE=2, TimelineProbe), and summarises the log.
+
   python3 scripts/profile_quant.py startup [SHAPES]
 
 separates a launch's fixed cost (docs/perf-notes.md, session 11): Colwise against the segments cast with
@@ -137,7 +142,64 @@ def startup(shapes):
     os.environ.pop("WGRAD_QUANT_PROBE")
 
 
+def timeline(specs):
+    """Each KIND:R,C once after an L2 flush with WGRAD_QUANT_PROBE=2 (measurement build): the kernel's
+    consumer groups print their timelines ("tl ..." lines, TimelineProbe), after a "== KIND:R,C" line."""
+    flush = torch.empty(bench_quant._L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    for spec in specs:
+        kind, shape = spec.split(":")
+        rows, cols = (int(v) for v in shape.split(","))
+        x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda")
+        fn = _kernel_fn(kind, x)
+        fn()
+        flush.zero_()
+        torch.cuda.synchronize()
+        print(f"== {spec}", flush=True)
+        os.environ["WGRAD_QUANT_PROBE"] = "2"
+        fn()
+        torch.cuda.synchronize()
+        os.environ.pop("WGRAD_QUANT_PROBE")
+
+
+def timeline_summary(path):
+    """Per case of a `timeline` log: when the groups' first tiles landed, their tile intervals and ends
+    (us since the earliest group start), and how many groups end in each tenth of the kernel."""
+    cases, cur = {}, None
+    for line in open(path):
+        if line.startswith("== "):
+            cur = line[3:].strip()
+            cases[cur] = []
+        elif line.startswith("tl ") and cur is not None:
+            v = [int(t) for t in line.split()[1:]]
+            cases[cur].append(v)
+    for spec, groups in cases.items():
+        if not groups:
+            continue
+        t0 = min(g[3] for g in groups)
+        ends = sorted((g[-1] - t0) / 1e3 for g in groups)
+        first = [(g[4] - t0) / 1e3 for g in groups if g[2] > 0]
+        gaps = []
+        for g in groups:
+            landed = g[4:4 + min(g[2], 12)]
+            gaps += [(b - a) / 1e3 for a, b in zip(landed, landed[1:])]
+        tiles = [g[2] for g in groups]
+        span = ends[-1]
+        hist = [0] * 10
+        for e in ends:
+            hist[min(9, int(10 * e / span))] += 1
+        print(f"{spec}: groups {len(groups)}, tiles {sum(tiles)} (max {max(tiles)}), end max {span:.1f} us, "
+              f"median {statistics.median(ends):.1f}, min {ends[0]:.1f}; first tile landed median "
+              f"{statistics.median(first):.2f} max {max(first):.2f}; tile interval median "
+              f"{statistics.median(gaps):.2f} mean {statistics.mean(gaps):.2f} us; ends per tenth {hist}")
+
+
 def main():
+    if sys.argv[1] == "timeline":
+        timeline(sys.argv[2:])
+        return
+    if sys.argv[1] == "timeline-summary":
+        timeline_summary(sys.argv[2])
+        return
     if sys.argv[1] == "startup":
         startup([tuple(int(v) for v in s.split(",")) for s in " ".join(sys.argv[2:]).split()] if len(sys.argv) > 2
                 else [(128, 128), (8192, 2112), (8192, 4096)])

@@ -134,7 +134,8 @@ struct ColwiseSm90Params {
   int32_t auto_strip_count;
   int8_t auto_strips[2][kMaxWarpSegments + 1];
 #ifdef WGRAD_DIAG_VARIANTS
-  int probe;  // measurement build only: 1 = CTAs 0 and gridDim.x - 1 print their start-up clock probes
+  int probe;  // measurement build only: 1 = CTAs 0 and gridDim.x - 1 print their start-up clock probes,
+              // 2 = every consumer group prints its timeline (TimelineProbe)
   int diag;   // measurement build only: bits kQuantDiag* (the knob WGRAD_QUANT_DIAG)
 #endif
 };
@@ -143,6 +144,9 @@ struct ColwiseSm90Params {
 // the tile loop's q_t stores, for timing (the results are wrong); docs/perf-notes.md, session 13.
 constexpr int kQuantDiagNoQtStores = 1;      // no q_t store instructions (the data is still assembled)
 constexpr int kQuantDiagNoStoreSection = 2;  // no q_t store section at all (the handoffs still run)
+constexpr int kQuantDiagAlignedRows = 4;     // the producer loads block b from row 128 b mod R (Colwise's rows)
+constexpr int kQuantDiagFullBoxes = 8;       // the producer loads all 8 boxes of a block (none aimed past R)
+constexpr int kQuantDiagPaddedPitch = 16;    // host: x's descriptor with a row pitch of C + 64 elements
 
 // Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_PROBE=1): clock64 marks of one thread at
 // fixed points of the kernel, printed at its end as cycles since the kernel's entry (docs/perf-notes.md,
@@ -156,7 +160,7 @@ struct StartupProbe {
   __device__ __forceinline__ void start(const ColwiseSm90Params& params, bool this_thread) {
     static __device__ long long storage[2][2][kMarks];  // [first or last CTA][consumer or producer][mark]
     const bool cta = blockIdx.x == 0 || blockIdx.x == gridDim.x - 1;
-    marks = params.probe != 0 && this_thread && cta
+    marks = params.probe == 1 && this_thread && cta
                 ? storage[blockIdx.x == 0 ? 0 : 1][threadIdx.x == 0 ? 0 : 1]
                 : nullptr;
     done = 0;
@@ -183,6 +187,48 @@ struct StartupProbe {
   __device__ __forceinline__ void mark(int) {}
   __device__ __forceinline__ void mark_once(int) {}
   __device__ __forceinline__ void report(const char*) {}
+#endif
+};
+
+// Measurement build only (knob WGRAD_QUANT_PROBE=2): thread 0 of every consumer group takes the
+// global timer at its start, when each of its first kTiles tiles has landed (the consumer wait returned)
+// and at its end, into global memory as it goes, and prints them at the end as one line ("tl CTA GROUP
+// TILES START T0 T1 ... END", ns since the launch's earliest start is not known in-kernel: raw values).
+// scripts/profile_quant.py timeline summarises them. In every other build the marks compile away.
+struct TimelineProbe {
+#ifdef WGRAD_DIAG_VARIANTS
+  static constexpr int kTiles = 12;
+  unsigned long long* marks;  // [kTiles + 2] of this group, or nullptr
+  int tiles;
+  __device__ __forceinline__ static unsigned long long now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  }
+  __device__ __forceinline__ void start(const ColwiseSm90Params& params, int group, bool this_thread) {
+    static __device__ unsigned long long storage[1024][4][kTiles + 2];
+    marks = params.probe == 2 && this_thread && blockIdx.x < 1024 ? storage[blockIdx.x][group & 3] : nullptr;
+    tiles = 0;
+    if (marks != nullptr) marks[0] = now();
+  }
+  __device__ __forceinline__ void landed() {
+    if (marks != nullptr) {
+      if (tiles < kTiles) marks[1 + tiles] = now();
+      ++tiles;
+    }
+  }
+  __device__ __forceinline__ void finish(int group) {
+    if (marks == nullptr) return;
+    marks[kTiles + 1] = now();
+    const unsigned long long* m = marks;
+    printf("tl %d %d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n",
+           static_cast<int>(blockIdx.x), group, tiles, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], m[9],
+           m[10], m[11], m[12], m[13]);
+  }
+#else
+  __device__ __forceinline__ void start(const ColwiseSm90Params&, int, bool) {}
+  __device__ __forceinline__ void landed() {}
+  __device__ __forceinline__ void finish(int) {}
 #endif
 };
 
@@ -255,8 +301,8 @@ __device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int
 
 // ColwiseSegments: the order when not forced by the tuning knob (TileOrder::strip). Segments that start
 // inside a sector: the longest strip S, a multiple of the groups per CTA, that leaves no consumer group
-// more tiles than row-major does (ceil(T / W) for T tiles and W groups; on shapes of 16 or more tiles per
-// group, failing that, one more), so that S - 1 of every S block boundaries write whole sectors. With
+// more tiles than row-major does (ceil(T / W) for T tiles and W groups; on shapes of kMinTilesForOneMore
+// or more tiles per group, failing that, one more), so that S - 1 of every S block boundaries write whole sectors. With
 // several groups per CTA the strips are shared (TileOrder::shared): the units go to the CTAs and a CTA's
 // tiles to its groups in turn; one group per CTA (fp32): its own strips. The busiest group's tiles are
 // counted exactly (strip_busiest_worker). Strips shorter than kMinAutoStrip stay row-major, and beyond
@@ -665,10 +711,19 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           uint64_t* bar = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(states[g]));
           T* stage = smem.x[g * Cfg::kStagesPerGroup + states[g].index()];
           const int32_t col = static_cast<int32_t>(t.col_tile * Cfg::kTileCols);
+#ifdef WGRAD_DIAG_VARIANTS  // the measurement build's knobs on the loads (kQuantDiagAlignedRows, FullBoxes)
+          const int pdiag = diag_of(params);
+          const int64_t row_base =
+              (pdiag & kQuantDiagAlignedRows) ? (t.row_block * Cfg::kTileRows) % p.rows : t.row_start;
+          const int row_limit = (pdiag & kQuantDiagFullBoxes) ? Cfg::kTileRows : t.row_count;
+#define WGRAD_QT_BOX_ROW(r) ((r) < row_limit ? static_cast<int32_t>(row_base + (r)) : static_cast<int32_t>(p.rows))
+#else  // (written as before the knobs: the release SASS is the same)
+#define WGRAD_QT_BOX_ROW(r) ((r) < t.row_count ? static_cast<int32_t>(t.row_start + (r)) : static_cast<int32_t>(p.rows))
+#endif
 #pragma unroll
           for (int b = 0; b < Cfg::kBoxesPerTile; ++b) {
             const int r = b * Cfg::kBoxRows;
-            const int32_t row = r < t.row_count ? static_cast<int32_t>(t.row_start + r) : static_cast<int32_t>(p.rows);
+            const int32_t row = WGRAD_QT_BOX_ROW(r);
             cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, stage + r * Cfg::kTileCols, col, row);
           }
           probe.mark_once(7);
@@ -722,6 +777,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   [[maybe_unused]] uint32_t diag_sink = 0;
 
   probe.mark(5);
+  TimelineProbe timeline;
+  timeline.start(params, group, tid_g == 0);
   for (TileCursor cursor = first_tile<Cfg::kGroups>(order, group); cursor.valid(); cursor.advance(order)) {
     const QuantTile t = quant_tile<kMode>(params, table, cursor);
     const int64_t tile_col = t.col_tile * Cfg::kTileCols;
@@ -730,6 +787,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     RawVec<T> raw[Cfg::kRowsPerThread];
     pipeline.consumer_wait(state);
     probe.mark_once(6);
+    timeline.landed();
     const T* s_x = smem.x[group * Cfg::kStagesPerGroup + state.index()];
 #pragma unroll
     for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
@@ -1138,6 +1196,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     probe.mark_once(7);
   }
   probe.mark(8);
+  timeline.finish(group);
   if ((qdiag & kQuantDiagNoQtStores) && diag_sink == 0x9E3779B9u) *p.q_t = static_cast<uint8_t>(diag_sink);
 
   // Padded segments: q_t columns [T0, q_t_ld) after the last segment's padding are 0, written by every
@@ -1160,6 +1219,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
 #ifdef WGRAD_DIAG_VARIANTS
 #undef WGRAD_QT_DIAG_OR
 #endif
+#undef WGRAD_QT_BOX_ROW
 #undef WGRAD_QT_STORE16
 #undef WGRAD_QT_STORE_BYTES
 #undef WGRAD_QT_STORE_RANGE
