@@ -326,8 +326,8 @@ __device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int
 __device__ __forceinline__ int32_t choose_segment_order(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
                                                         int32_t groups, bool starts16) {
   const int32_t per_worker = row_major_busiest_worker(blocks_per_col, num_col_tiles, workers);
-  if (per_worker > kMaxAutoStrip) return 0;
-  if (starts16 && per_worker <= kMaxRowMajorTiles16) return 1;
+  const int32_t fixed = fixed_segment_strip(per_worker, starts16);
+  if (fixed >= 0) return fixed;
   for (int try_index = 0; try_index < 2; ++try_index) {
     const int32_t allowed = strip_allowance(per_worker, try_index);
     const int32_t longest = longest_strip(groups, allowed);
@@ -632,11 +632,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   // table, no barrier but the one below. The CTA-wide scan kept the producer's first load ~3 us behind
   // Colwise's, this ~1.2 us; H200 session 11, `scripts/profile_quant.py startup`.)
   const RowBlock* table = p.row_blocks;
-  const bool warp_table = Cfg::kSegments && params.segments.sizes != nullptr &&
-                          params.segments.num_segments <= kMaxWarpSegments;
+  const bool own_table = Cfg::kSegments && params.segments.sizes != nullptr;  // else q.row_blocks
+  const bool warp_table = own_table && params.segments.num_segments <= kMaxWarpSegments;
   SegmentSummary summary{0, false, false};
   if constexpr (Cfg::kSegments) {
-    if (params.segments.sizes != nullptr) {
+    if (own_table) {
       const SegmentTableArgs& a = params.segments;
       if (warp_table) {
         summary = build_segment_table_warps(a, smem.table, tid / 32, Cfg::kThreads / 32);

@@ -76,6 +76,14 @@ WGRAD_HOST_DEVICE inline int32_t longest_strip(int32_t groups, int32_t allowed) 
   return groups * allowed < kMaxAutoStrip ? groups * allowed : kMaxAutoStrip;
 }
 
+// The orders the rule takes without trying strips, or -1: 0 (ranges) beyond kMaxAutoStrip tiles per
+// worker; 1 (row-major) for segments that all start on multiples of 16 bytes up to kMaxRowMajorTiles16.
+WGRAD_HOST_DEVICE inline int32_t fixed_segment_strip(int32_t per_worker, bool starts16) {
+  if (per_worker > kMaxAutoStrip) return 0;
+  if (starts16 && per_worker <= kMaxRowMajorTiles16) return 1;
+  return -1;
+}
+
 // The rule for segments that start inside a sector (measured in docs/perf-notes.md, sessions 10, 12 and
 // 13): 0 (ranges) beyond kMaxAutoStrip tiles per worker, else the longest strip S in [kMinAutoStrip,
 // min(groups * allowed, kMaxAutoStrip)] that strip_allowed takes with allowed = row-major's busiest
@@ -86,8 +94,8 @@ WGRAD_HOST_DEVICE inline int32_t longest_strip(int32_t groups, int32_t allowed) 
 WGRAD_HOST_DEVICE inline int32_t auto_segment_strip(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
                                                     int32_t groups, bool starts16) {
   const int32_t per_worker = row_major_busiest_worker(blocks_per_col, num_col_tiles, workers);
-  if (per_worker > kMaxAutoStrip) return 0;
-  if (starts16 && per_worker <= kMaxRowMajorTiles16) return 1;
+  const int32_t fixed = fixed_segment_strip(per_worker, starts16);
+  if (fixed >= 0) return fixed;
   for (int try_index = 0; try_index < 2; ++try_index) {
     const int32_t allowed = strip_allowance(per_worker, try_index);
     for (int32_t s = longest_strip(groups, allowed); s >= kMinAutoStrip; --s) {
