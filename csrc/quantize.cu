@@ -219,7 +219,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   // consumer group its timeline.
   if (const char* v = std::getenv("WGRAD_QUANT_PROBE")) {
     long probe = 0;
-    TORCH_CHECK(parse_knob_int(v, &probe) && (probe >= 0 && probe <= 2), "WGRAD_QUANT_PROBE must be 0, 1 or 2, got '", v,
+    TORCH_CHECK(parse_knob_int(v, &probe) && probe >= 0 && probe <= 2, "WGRAD_QUANT_PROBE must be 0, 1 or 2, got '", v,
                 "'");
     params.probe = static_cast<int>(probe);
   }

@@ -193,8 +193,8 @@ struct StartupProbe {
 // Measurement build only (knob WGRAD_QUANT_PROBE=2): thread 0 of every consumer group takes the
 // global timer at its start, when each of its first kTiles tiles has landed (the consumer wait returned)
 // and at its end, into global memory as it goes, and prints them at the end as one line ("tl CTA GROUP
-// TILES START T0 T1 ... END", ns since the launch's earliest start is not known in-kernel: raw values).
-// scripts/profile_quant.py timeline summarises them. In every other build the marks compile away.
+// TILES START T0 T1 ... END", raw global-timer values in ns; scripts/profile_quant.py timeline-summary
+// takes them relative to the launch's earliest start). In every other build the marks compile away.
 struct TimelineProbe {
 #ifdef WGRAD_DIAG_VARIANTS
   static constexpr int kTiles = 12;
@@ -302,8 +302,8 @@ __device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int
 // ColwiseSegments: the order when not forced by the tuning knob (TileOrder::strip). Segments that start
 // inside a sector: the longest strip S, a multiple of the groups per CTA, that leaves no consumer group
 // more tiles than row-major does (ceil(T / W) for T tiles and W groups; on shapes of kMinTilesForOneMore
-// or more tiles per group, failing that, one more), so that S - 1 of every S block boundaries write whole sectors. With
-// several groups per CTA the strips are shared (TileOrder::shared): the units go to the CTAs and a CTA's
+// or more tiles per group, failing that, one more), so that S - 1 of every S block boundaries write whole
+// sectors. With several groups per CTA the strips are shared (TileOrder::shared): the units go to the CTAs and a CTA's
 // tiles to its groups in turn; one group per CTA (fp32): its own strips. The busiest group's tiles are
 // counted exactly (strip_busiest_worker). Strips shorter than kMinAutoStrip stay row-major, and beyond
 // kMaxAutoStrip tiles per group the order is ranges (balanced to one tile, and a sector shared only where

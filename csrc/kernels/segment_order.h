@@ -84,13 +84,13 @@ WGRAD_HOST_DEVICE inline int32_t fixed_segment_strip(int32_t per_worker, bool st
   return -1;
 }
 
-// The rule for segments that start inside a sector (measured in docs/perf-notes.md, sessions 10, 12 and
-// 13): 0 (ranges) beyond kMaxAutoStrip tiles per worker, else the longest strip S in [kMinAutoStrip,
-// min(groups * allowed, kMaxAutoStrip)] that strip_allowed takes with allowed = row-major's busiest
-// worker; failing that, on shapes of at least kMinTilesForOneMore tiles per worker, with one tile more
-// (16384 x 7168: strips of 18 leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than
-// every balanced strip; 8192 x 7168: strips of 9, 11 against 10, +10 points); failing both, 1 (row-major). starts16: every segment starts on a multiple of 16 bytes of q_t
-// (row-major up to kMaxRowMajorTiles16 tiles per worker).
+// The rule for segments that start inside a sector (measured in docs/perf-notes.md, sessions 10, 12 and 13):
+// 0 (ranges) beyond kMaxAutoStrip tiles per worker, else the longest strip S in [kMinAutoStrip, min(groups *
+// allowed, kMaxAutoStrip)] that strip_allowed takes with allowed = row-major's busiest worker; failing that,
+// on shapes of at least kMinTilesForOneMore tiles per worker, with one tile more (16384 x 7168: strips of 18
+// leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than every balanced strip; 8192 x
+// 7168: strips of 9, 11 against 10, +10 points); failing both, 1 (row-major). starts16: every segment starts
+// on a multiple of 16 bytes of q_t (row-major up to kMaxRowMajorTiles16 tiles per worker).
 WGRAD_HOST_DEVICE inline int32_t auto_segment_strip(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
                                                     int32_t groups, bool starts16) {
   const int32_t per_worker = row_major_busiest_worker(blocks_per_col, num_col_tiles, workers);

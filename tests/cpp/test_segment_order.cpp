@@ -102,7 +102,8 @@ TEST(SegmentOrder, StripsKeepRowMajorsBalanceToOneTile) {
           }
           const int64_t row_major = busiest_group(blocks, cols, ctas, groups, 1);
           EXPECT_EQ(row_major, per_worker);
-          EXPECT_LE(busiest_group(blocks, cols, ctas, groups, s), row_major + (per_worker >= wgrad::quant::kMinTilesForOneMore ? 1 : 0));
+          const int64_t extra = per_worker >= wgrad::quant::kMinTilesForOneMore ? 1 : 0;
+          EXPECT_LE(busiest_group(blocks, cols, ctas, groups, s), row_major + extra);
         }
       }
     }
