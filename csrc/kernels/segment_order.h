@@ -91,18 +91,37 @@ WGRAD_HOST_DEVICE inline int32_t fixed_segment_strip(int32_t per_worker, bool st
 // leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than every balanced strip; 8192 x
 // 7168: strips of 9, 11 against 10, +10 points); failing both, 1 (row-major). starts16: every segment starts
 // on a multiple of 16 bytes of q_t (row-major up to kMaxRowMajorTiles16 tiles per worker).
-WGRAD_HOST_DEVICE inline int32_t auto_segment_strip(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
-                                                    int32_t groups, bool starts16) {
+// One rule for the host's table and the kernel's fallback (choose_segment_order): each caller tries the
+// strips first, first + step, ... up to the longest (the host all of them, a lane of a warp every 32nd),
+// and `combine` takes the longest allowed one over the callers that share the search (the host: itself;
+// the kernel: the warp's maximum).
+template <class Combine>
+WGRAD_HOST_DEVICE inline int32_t segment_strip_rule(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
+                                                    int32_t groups, bool starts16, int32_t first, int32_t step,
+                                                    Combine combine) {
   const int32_t per_worker = row_major_busiest_worker(blocks_per_col, num_col_tiles, workers);
   const int32_t fixed = fixed_segment_strip(per_worker, starts16);
   if (fixed >= 0) return fixed;
   for (int try_index = 0; try_index < 2; ++try_index) {
     const int32_t allowed = strip_allowance(per_worker, try_index);
-    for (int32_t s = longest_strip(groups, allowed); s >= kMinAutoStrip; --s) {
-      if (strip_allowed(s, blocks_per_col, num_col_tiles, workers, groups, allowed)) return s;
+    const int32_t longest = longest_strip(groups, allowed);
+    int32_t best = 1;
+    for (int32_t s = first; s <= longest; s += step) {
+      if (strip_allowed(s, blocks_per_col, num_col_tiles, workers, groups, allowed)) best = s;
     }
+    best = combine(best);
+    if (best >= kMinAutoStrip) return best;
   }
   return 1;
+}
+
+struct OneSearcher {  // segment_strip_rule's combine for a caller that tries every strip itself
+  WGRAD_HOST_DEVICE int32_t operator()(int32_t best) const { return best; }
+};
+
+WGRAD_HOST_DEVICE inline int32_t auto_segment_strip(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
+                                                    int32_t groups, bool starts16) {
+  return segment_strip_rule(blocks_per_col, num_col_tiles, workers, groups, starts16, 1, 1, OneSearcher{});
 }
 
 // The used row blocks B = sum_g ceil(size_g / 128) of any valid split of `rows` rows into `segments`
