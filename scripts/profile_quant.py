@@ -180,7 +180,7 @@ def timeline_summary(path):
         first = [(g[4] - t0) / 1e3 for g in groups if g[2] > 0]
         gaps = []
         for g in groups:
-            landed = g[4:4 + min(g[2], 12)]
+            landed = g[4:-1][:g[2]]  # the marks between START and END (TimelineProbe::kTiles of them)
             gaps += [(b - a) / 1e3 for a, b in zip(landed, landed[1:])]
         tiles = [g[2] for g in groups]
         span = ends[-1]
