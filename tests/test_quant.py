@@ -539,13 +539,14 @@ def test_gpu_segments_many_tiles_per_cta():
 
 
 @sm90
-@pytest.mark.parametrize("order", ["auto", "ranges", "c12"])
+@pytest.mark.parametrize("order", ["auto", "ranges", "c12", "1"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_segments_long_runs_of_blocks(dtype, order, monkeypatch):
     # Segments that start inside 32-byte sectors, and at least 12 tiles per consumer group: the column
     # kernel quantizes runs of consecutive row blocks (auto: strips of 39 blocks shared by a CTA's three
     # groups for bf16, of 37 blocks per group for fp32, choose_segment_order; c12: shared strips of 12;
-    # ranges: one range per group) and hands the sector a block ends inside on to the next block
+    # ranges: one range per group; 1: row-major, every edge sector shared with another worker's block and
+    # written byte-exact) and hands the sector a block ends inside on to the next block
     # (gs.carry, from group to group in shared strips; TileOrder in quantize_colwise_sm90.cuh). Segment starts at every
     # offset within a sector, segments shorter than a sector (one block inside one sector, several in a
     # row), empty ones, and a partial last column tile.

@@ -549,9 +549,43 @@ __device__ __forceinline__ void store_chunk_range(uint8_t* col_base, int64_t r0,
   }
 }
 
+// Staged byte i of column col (block row i; i >= 128: past the staging, 0).
+template <class Storage>
+__device__ __forceinline__ uint8_t qt_staged_byte(const Storage& smem, int col, int i) {
+  if (i >= 128) return 0;
+  const uint8_t* slots = reinterpret_cast<const uint8_t*>(&smem.qt[col][0]);
+  return slots[8 * ((i >> 3) ^ qt_slot_swizzle(col)) + (i & 7)];
+}
+
 __device__ __forceinline__ uint4 or4(const uint4& a, const uint4& b) {
   return make_uint4(a.x | b.x, a.y | b.y, a.z | b.z, a.w | b.w);
 }
+
+// The bytes of a block's edge sectors that it shares with another worker's block: block bytes [0, nh)
+// (q_t rows [a, a + nh)) and [tail_lo, tail_lo + nt) of every column of the tile, one byte per lane, a warp
+// per column at a time (warp w: columns [16 w, 16 w + 16)), so that each edge sector is one store request
+// of one instruction. Byte-exact stores of the widest aligned pieces instead (up to 5 per 16-byte half, each
+// a request) cost 1.5-2x the stores' time in an L2 left dirty by other writes, as the benchmark's flush
+// leaves it (scripts/experiments/edge_store_probe.cu, H200 session 16: 32 MB of q_t runs starting 5-27
+// bytes into a sector 41-46 us, with these edge stores 29 us, the same as runs starting 16 bytes in).
+// Every thread of the group calls it with the same arguments.
+#define WGRAD_QT_EDGE_BYTES(nh, tail_lo, nt)                                                          \
+  do {                                                                                                \
+    const int edge_nh_ = (nh), edge_tail_lo_ = (tail_lo), edge_n_ = edge_nh_ + (nt);                  \
+    for (int j0_ = 0; j0_ < edge_n_; j0_ += 32) {                                                     \
+      const int jl_ = j0_ + lane;                                                                     \
+      const int i_ = jl_ < edge_nh_ ? jl_ : edge_tail_lo_ + (jl_ - edge_nh_);                         \
+      if (jl_ < edge_n_) {                                                                            \
+        constexpr int kEdgeCols_ = Cfg::kTileCols / Cfg::kConsumerWarps;                              \
+        const int64_t cols_left_ = p.cols - tile_col - warp * kEdgeCols_;                              \
+        uint8_t* dst_ = p.q_t + (tile_col + warp * kEdgeCols_) * p.q_t_ld + a + i_;                   \
+        _Pragma("unroll 1") for (int jj_ = 0; jj_ < kEdgeCols_ && jj_ < cols_left_; ++jj_) {         \
+          WGRAD_QT_STORE_BYTE(dst_, qt_staged_byte(gs, warp * kEdgeCols_ + jj_, i_));                  \
+          dst_ += p.q_t_ld;                                                                           \
+        }                                                                                             \
+      }                                                                                               \
+    }                                                                                                 \
+  } while (0)
 
 // The tile loop's q_t stores. Measurement build (WGRAD_DIAG_VARIANTS): with kQuantDiagNoQtStores the
 // data is folded into the consumer's diag_sink instead (stored once at the end, so that nothing is
@@ -568,12 +602,20 @@ __device__ __forceinline__ uint4 or4(const uint4& a, const uint4& b) {
     }                                                                    \
   } while (0)
 #define WGRAD_QT_STORE16(dst, v) WGRAD_QT_DIAG_OR(v, *reinterpret_cast<uint4*>(dst) = qt_d_)
-#define WGRAD_QT_STORE_BYTES(dst, d, lo, hi) WGRAD_QT_DIAG_OR(d, store_chunk_bytes(dst, qt_d_, lo, hi))
+#define WGRAD_QT_STORE_BYTE(dst, v)                     \
+  do {                                                  \
+    const uint8_t qt_b_ = (v);                          \
+    if (qdiag & kQuantDiagNoQtStores) {                 \
+      diag_sink ^= qt_b_;                               \
+    } else {                                            \
+      *(dst) = qt_b_;                                   \
+    }                                                   \
+  } while (0)
 #define WGRAD_QT_STORE_RANGE(col_base, r0, d, lo, hi) \
   WGRAD_QT_DIAG_OR(d, store_chunk_range(col_base, r0, qt_d_, lo, hi))
 #else
 #define WGRAD_QT_STORE16(dst, v) (*reinterpret_cast<uint4*>(dst) = (v))
-#define WGRAD_QT_STORE_BYTES(dst, d, lo, hi) store_chunk_bytes(dst, d, lo, hi)
+#define WGRAD_QT_STORE_BYTE(dst, v) (*(dst) = (v))
 #define WGRAD_QT_STORE_RANGE(col_base, r0, d, lo, hi) store_chunk_range(col_base, r0, d, lo, hi)
 #endif
 
@@ -769,7 +811,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     }
   }
 
-  // The q_t stores of the tile loop go through WGRAD_QT_STORE16 / _BYTES / _RANGE (defined above the kernel).
+  // The q_t stores of the tile loop go through WGRAD_QT_STORE16 / _BYTE / _RANGE and WGRAD_QT_EDGE_BYTES
+  // (defined above the kernel).
   const int qdiag = diag_of(params);
   [[maybe_unused]] uint32_t diag_sink = 0;
 
@@ -943,7 +986,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     //     whole (both halves, from two lanes of one store instruction), reading the carry from its own
     //     group or from the previous group (carry_in; handed over behind the handoff barriers);
     //   - where the neighbour is another worker's block, only this block's bytes of the shared sector are
-    //     stored (byte-exact, the widest aligned stores that fit).
+    //     stored: by a whole warp, one byte per lane, so that the sector is one store request
+    //     (WGRAD_QT_EDGE_BYTES; the widest aligned stores that fit, up to five requests per 16-byte half,
+    //     cost 1.5x-2x the stores' time in an L2 left dirty by the benchmark's flush: unaligned segments
+    //     in row-major order at 8192 x 2112 ran 69-70 % of a copy with them, 76-82 % with the warp's
+    //     bytes; H200 session 16). 16-aligned starts store their halves of a shared sector whole.
     // The staged block holds rows [a, a + 128) as 16-byte chunks from first_row = a - a % 16 (shifted by
     // a % 16 when a is not 16-aligned; chunks outside the staging read as zeros).
     {
@@ -1010,6 +1057,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       const int col0 = tid_g / (Cfg::kTileRows / 16);
       const int k = tid_g % (Cfg::kTileRows / 16);
       const int64_t dst_step = kColStep * p.q_t_ld;
+      // The block's bytes of the edge sectors it shares with another worker's block: block rows [0,
+      // edge_head) and [edge_tail_lo, edge_tail_lo + edge_tail), stored after the paths below.
+      int edge_head = 0, edge_tail_lo = 0, edge_tail = 0;
       if (qdiag & kQuantDiagNoStoreSection) {  // measurement build only
         head_carry = next_continues;
       } else if (whole_block && shift == 0 && !run_mid_sector) {
@@ -1021,26 +1071,6 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
 #pragma unroll
         for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
           WGRAD_QT_STORE16(dst + i * dst_step, qt_chunk_unchecked(gs, col0 + i * kColStep, k));
-        }
-        head_carry = false;
-      } else if (whole_block && shift != 0 && !head_carry && !next_continues) {
-        // 128 rows starting `shift` bytes into a 16-byte chunk, no sector taken over or handed on (e.g.
-        // unaligned segments in row-major order): lane k < 7 of a column stores the whole chunk k + 1 of
-        // q_t's rows [first_row, first_row + 144), lane 7 the two chunks the neighbouring blocks share, byte
-        // for byte: chunk 8 (this block's last `shift` bytes) and chunk 0 (its first 16 - shift). Same
-        // bytes as the general path below, without its per-sector task loop (~65 instructions per 16-byte
-        // store there; ncu, H200 session 7).
-        uint8_t* dst = p.q_t + (tile_col + col0) * p.q_t_ld + first_row;
-#pragma unroll
-        for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
-          const int col = col0 + i * kColStep;
-          uint8_t* d = dst + i * dst_step;
-          if (k < Cfg::kTileRows / 16 - 1) {
-            WGRAD_QT_STORE16(d + 16 * (k + 1), qt_shifted_chunk<true>(gs, col, k + 1, shift));
-          } else {
-            WGRAD_QT_STORE_BYTES(d + Cfg::kTileRows, staged(col, Cfg::kTileRows / 16), 0, shift);
-            WGRAD_QT_STORE_BYTES(d, staged(col, 0), shift, 16);
-          }
         }
         head_carry = false;
       } else if (whole_block && run_mid_sector) {
@@ -1075,46 +1105,39 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           }
         }
         head_carry = next_continues;
-      } else if (whole_block && shift != 0 && order.strip != 1) {
-        // 128 rows starting inside a 16-byte chunk, in strips (e.g. unaligned segments): the block covers
-        // [base, base + 160) with base = a & ~31, its head sector [base, base + 32) from offset o = a - base
-        // and its tail sector [base + 128, base + 160) up to o. Lane k of a column takes chunk k of
-        // [base, base + 128): lanes 2-7 the three whole middle sectors, lanes 0-1 the head sector, whole
-        // when the previous block's bytes were carried in (head_carry), else this block's bytes only
-        // (byte-exact: the neighbour is another worker's). The tail sector is carried on when the next
-        // block continues the column (shared strips: handed on above), else lanes 0-1 store this block's
-        // bytes of it. One branch-free chunk per lane and pass: the general path's per-sector task loop
-        // cost ~2x the instructions (H200 session 13, measurement build).
+      } else if (whole_block && shift != 0) {
+        // 128 rows starting inside a 16-byte chunk (e.g. unaligned segments): the block covers [base, base
+        // + 160) with base = a & ~31, its head sector [base, base + 32) from offset o = a - base and its tail
+        // sector [base + 128, base + 160) up to o. Lane k of a column takes chunk k of [base, base + 128):
+        // lanes 2-7 store the three whole middle sectors, lanes 0-1 the head sector when the previous
+        // block's bytes were carried in (head_carry: whole). The tail sector is carried on when the next
+        // block continues the column (shared strips: handed on above). The edge sectors shared with another
+        // worker's block get this block's bytes only, one request each (WGRAD_QT_EDGE_BYTES). One
+        // branch-free chunk per lane and pass: the general path's per-sector task loop cost ~2x the
+        // instructions (H200 session 13, measurement build).
         const int64_t base = a & ~int64_t{31};
         const int o = static_cast<int>(a - base);        // in [1, 31], not 16
         const int m_off = static_cast<int>((a >> 4) & 1);  // staged chunk m holds q_t bytes base + 16 (m + m_off)
         uint8_t* dst = p.q_t + (tile_col + col0) * p.q_t_ld + base + 16 * k;
-        const int head_lo = o - 16 * k;  // lanes 0-1: this block's first byte in the lane's chunk (<= 0: all)
 #pragma unroll
         for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
           const int col = col0 + i * kColStep;
           uint8_t* d = dst + i * dst_step;
-          uint4 v = qt_shifted_chunk_any(gs, col, k - m_off, shift);
+          const uint4 v = qt_shifted_chunk_any(gs, col, k - m_off, shift);
           if (k >= 2) {
             WGRAD_QT_STORE16(d, v);
           } else {
-            if (head_carry || head_lo <= 0) {
-              if (head_carry) v = or4(v, carry_in[col][k]);  // the previous block's bytes, zeros past them
-              WGRAD_QT_STORE16(d, v);
-            } else if (head_lo < 16) {
-              WGRAD_QT_STORE_BYTES(d, v, head_lo, 16);
-            }
-            if (!next_continues || !order.shared) {
-              // The tail sector's half k: this block's bytes [0, o - 16 k) of it.
-              const uint4 tail = qt_shifted_chunk_any(gs, col, 8 + k - m_off, shift);
-              if (next_continues) {
-                carry_out[col][k] = tail;  // own strips: this group's next block stores it whole
-              } else if (head_lo > 0) {
-                WGRAD_QT_STORE_BYTES(d + Cfg::kTileRows, tail, 0, head_lo < 16 ? head_lo : 16);
-              }
+            if (head_carry) WGRAD_QT_STORE16(d, or4(v, carry_in[col][k]));  // + the previous block's bytes
+            if (next_continues && !order.shared) {
+              // own strips: this group's next block stores the tail sector whole (its half k: this
+              // block's bytes [0, o - 16 k) of it)
+              carry_out[col][k] = qt_shifted_chunk_any(gs, col, 8 + k - m_off, shift);
             }
           }
         }
+        edge_head = head_carry ? 0 : 32 - o;
+        edge_tail_lo = Cfg::kTileRows - o;
+        edge_tail = next_continues ? 0 : o;
         head_carry = next_continues;
       } else {
         // Sectors [base, base + 32 ns) hold the block; the first is an edge when a is inside it, the last
@@ -1144,36 +1167,39 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           WGRAD_QT_STORE16(p.q_t + (tile_col + col) * p.q_t_ld + base + 32 * i + 16 * h,
                            staged(col, 2 * i + h - m_off));
         }
-        // Edge sectors: thread pair (2 c, 2 c + 1) takes both edges of column c, so that the thread that
-        // reads gs.carry[c][h] for the first sector is the one that refills it from the last.
-        if (head_edge || tail_edge) {
+        // Edge sectors whose other bytes are carried in or out: thread pair (2 c, 2 c + 1) takes both edges
+        // of column c, so that the thread that reads gs.carry[c][h] for the first sector is the one that
+        // refills it from the last. The bytes of edge sectors shared with another worker's block go out
+        // below, one request per sector (WGRAD_QT_EDGE_BYTES).
+        const bool head_alone = head_edge && !head_carry && !(one_sector && tail_carry);
+        const bool tail_alone = tail_edge && !one_sector && !tail_carry;
+        if ((head_edge && !head_alone) || (tail_edge && !one_sector && tail_carry && !handed_early)) {
           const int col = tid_g >> 1;
           const int h = tid_g & 1;
           if (tile_col + col < p.cols) {
-            uint8_t* col_base = p.q_t + (tile_col + col) * p.q_t_ld;
-            if (head_edge) {
+            if (head_edge && !head_alone) {
               uint4 d = staged(col, h - m_off);
               if (head_carry) d = or4(d, carry_in[col][h]);  // the previous block's bytes, zeros past it
-              const int64_t lo = head_carry ? base : a;     // this sector's bytes known here: [lo, ...)
               if (one_sector && tail_carry) {
                 carry_out[col][h] = d;
-              } else {
-                WGRAD_QT_STORE_RANGE(col_base, base + 16 * h, d, lo, one_sector ? e : base + 32);
+              } else {  // head_carry: every byte of the sector from its start is known here
+                WGRAD_QT_STORE_RANGE(p.q_t + (tile_col + col) * p.q_t_ld, base + 16 * h, d, base,
+                                     one_sector ? e : base + 32);
               }
             }
-            if (tail_edge && !one_sector) {
+            if (tail_edge && !one_sector && tail_carry && !handed_early) {  // (shared strips: handed on above)
               const int64_t r0 = (e & ~int64_t{31}) + 16 * h;
-              const uint4 d = staged(col, static_cast<int>((r0 - first_row) >> 4));  // zeros past e
-              if (!tail_carry) {
-                WGRAD_QT_STORE_RANGE(col_base, r0, d, a, e);
-              } else if (!handed_early) {  // (shared strips: handed on above)
-                carry_out[col][h] = d;
-              }
+              carry_out[col][h] = staged(col, static_cast<int>((r0 - first_row) >> 4));  // zeros past e
             }
           }
         }
+        const int64_t tail_sector = e & ~int64_t{31};
+        edge_head = head_alone ? static_cast<int>((one_sector ? e : base + 32) - a) : 0;
+        edge_tail_lo = static_cast<int>(tail_sector - a);
+        edge_tail = tail_alone ? static_cast<int>(e - tail_sector) : 0;
         head_carry = tail_carry;
       }
+      WGRAD_QT_EDGE_BYTES(edge_head, edge_tail_lo, edge_tail);
       if constexpr (Cfg::kSegments) {
         if (order.shared) {
           if (link_in) {  // carry_in read
@@ -1218,7 +1244,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
 #endif
 #undef WGRAD_QT_BOX_ROW
 #undef WGRAD_QT_STORE16
-#undef WGRAD_QT_STORE_BYTES
+#undef WGRAD_QT_STORE_BYTE
+#undef WGRAD_QT_EDGE_BYTES
 #undef WGRAD_QT_STORE_RANGE
 
 }  // namespace wgrad::quant
