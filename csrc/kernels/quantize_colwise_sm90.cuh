@@ -35,6 +35,7 @@
 #include "layout.h"
 #include "quantize.cuh"
 #include "quantize_numerics.cuh"
+#include "qt_store.cuh"
 #include "segment_order.h"
 
 namespace wgrad::quant {
@@ -515,40 +516,6 @@ __device__ __forceinline__ uint4 qt_shifted_chunk_any(const Storage& smem, int c
                       make_uint4(b_in ? b.x : 0u, b_in ? b.y : 0u, b_in ? b.z : 0u, b_in ? b.w : 0u), shift);
 }
 
-// Bytes [lo, hi) of a 16-byte chunk to its 16-byte aligned destination, with the widest aligned stores
-// that fit (at most 1 + 1 + 3 + 1 + 1 stores), leaving the other bytes of the destination alone.
-__device__ __forceinline__ void store_chunk_bytes(uint8_t* dst, const uint4& d, int lo, int hi) {
-  auto word = [&](int b) { return b < 8 ? (b < 4 ? d.x : d.y) : (b < 12 ? d.z : d.w); };
-  int b = lo;
-  if ((b & 1) && b < hi) {
-    dst[b] = static_cast<uint8_t>(word(b) >> (8 * (b & 3)));
-    ++b;
-  }
-  if ((b & 2) && b + 2 <= hi) {
-    *reinterpret_cast<uint16_t*>(dst + b) = static_cast<uint16_t>(word(b) >> 16);
-    b += 2;
-  }
-  for (; b + 4 <= hi; b += 4) *reinterpret_cast<uint32_t*>(dst + b) = word(b);
-  if (b + 2 <= hi) {
-    *reinterpret_cast<uint16_t*>(dst + b) = static_cast<uint16_t>(word(b));
-    b += 2;
-  }
-  if (b < hi) dst[b] = static_cast<uint8_t>(word(b) >> (8 * (b & 3)));
-}
-
-// Bytes [lo, hi) of q_t column row range [r0, r0 + 16) (r0 16-aligned), taken from the 16-byte chunk d
-// that belongs there: one 16-byte store when the range covers it, byte-exact stores when only a part.
-__device__ __forceinline__ void store_chunk_range(uint8_t* col_base, int64_t r0, const uint4& d, int64_t lo,
-                                                  int64_t hi) {
-  const int b0 = lo > r0 ? static_cast<int>(lo - r0) : 0;
-  const int b1 = hi < r0 + 16 ? static_cast<int>(hi - r0) : 16;
-  if (b0 == 0 && b1 == 16) {
-    *reinterpret_cast<uint4*>(col_base + r0) = d;
-  } else if (b0 < b1) {
-    store_chunk_bytes(col_base + r0, d, b0, b1);
-  }
-}
-
 // Staged byte i of column col (block row i; i >= 128: past the staging, 0).
 template <class Storage>
 __device__ __forceinline__ uint8_t qt_staged_byte(const Storage& smem, int col, int i) {
@@ -560,32 +527,6 @@ __device__ __forceinline__ uint8_t qt_staged_byte(const Storage& smem, int col, 
 __device__ __forceinline__ uint4 or4(const uint4& a, const uint4& b) {
   return make_uint4(a.x | b.x, a.y | b.y, a.z | b.z, a.w | b.w);
 }
-
-// The bytes of a block's edge sectors that it shares with another worker's block: block bytes [0, nh)
-// (q_t rows [a, a + nh)) and [tail_lo, tail_lo + nt) of every column of the tile, one byte per lane, a warp
-// per column at a time (warp w: columns [16 w, 16 w + 16)), so that each edge sector is one store request
-// of one instruction. Byte-exact stores of the widest aligned pieces instead (up to 5 per 16-byte half, each
-// a request) cost 1.5-2x the stores' time in an L2 left dirty by other writes, as the benchmark's flush
-// leaves it (scripts/experiments/edge_store_probe.cu, H200 session 16: 32 MB of q_t runs starting 5-27
-// bytes into a sector 41-46 us, with these edge stores 29 us, the same as runs starting 16 bytes in).
-// Every thread of the group calls it with the same arguments.
-#define WGRAD_QT_EDGE_BYTES(nh, tail_lo, nt)                                                          \
-  do {                                                                                                \
-    const int edge_nh_ = (nh), edge_tail_lo_ = (tail_lo), edge_n_ = edge_nh_ + (nt);                  \
-    for (int j0_ = 0; j0_ < edge_n_; j0_ += 32) {                                                     \
-      const int jl_ = j0_ + lane;                                                                     \
-      const int i_ = jl_ < edge_nh_ ? jl_ : edge_tail_lo_ + (jl_ - edge_nh_);                         \
-      if (jl_ < edge_n_) {                                                                            \
-        constexpr int kEdgeCols_ = Cfg::kTileCols / Cfg::kConsumerWarps;                              \
-        const int64_t cols_left_ = p.cols - tile_col - warp * kEdgeCols_;                              \
-        uint8_t* dst_ = p.q_t + (tile_col + warp * kEdgeCols_) * p.q_t_ld + a + i_;                   \
-        _Pragma("unroll 1") for (int jj_ = 0; jj_ < kEdgeCols_ && jj_ < cols_left_; ++jj_) {         \
-          WGRAD_QT_STORE_BYTE(dst_, qt_staged_byte(gs, warp * kEdgeCols_ + jj_, i_));                  \
-          dst_ += p.q_t_ld;                                                                           \
-        }                                                                                             \
-      }                                                                                               \
-    }                                                                                                 \
-  } while (0)
 
 // The tile loop's q_t stores. Measurement build (WGRAD_DIAG_VARIANTS): with kQuantDiagNoQtStores the
 // data is folded into the consumer's diag_sink instead (stored once at the end, so that nothing is
@@ -811,8 +752,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     }
   }
 
-  // The q_t stores of the tile loop go through WGRAD_QT_STORE16 / _BYTE / _RANGE and WGRAD_QT_EDGE_BYTES
-  // (defined above the kernel).
+  // The q_t stores of the tile loop go through WGRAD_QT_STORE16 / _BYTE / _RANGE (defined above the kernel).
   const int qdiag = diag_of(params);
   [[maybe_unused]] uint32_t diag_sink = 0;
 
@@ -986,11 +926,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     //     whole (both halves, from two lanes of one store instruction), reading the carry from its own
     //     group or from the previous group (carry_in; handed over behind the handoff barriers);
     //   - where the neighbour is another worker's block, only this block's bytes of the shared sector are
-    //     stored: by a whole warp, one byte per lane, so that the sector is one store request
-    //     (WGRAD_QT_EDGE_BYTES; the widest aligned stores that fit, up to five requests per 16-byte half,
-    //     cost 1.5x-2x the stores' time in an L2 left dirty by the benchmark's flush: unaligned segments
-    //     in row-major order at 8192 x 2112 ran 69-70 % of a copy with them, 76-82 % with the warp's
-    //     bytes; H200 session 16). 16-aligned starts store their halves of a shared sector whole.
+    //     stored: by a whole warp, one byte per lane, so that the sector is one store request (the edge
+    //     bytes after the paths below; the widest aligned stores that fit, up to five requests per 16-byte
+    //     half, cost 1.5x-2x the stores' time in an L2 left dirty by the benchmark's flush: unaligned
+    //     segments in row-major order at 8192 x 2112 ran 69-70 % of a copy with them, 76-82 % with the
+    //     warp's bytes; H200 session 16). 16-aligned starts store their halves of a shared sector whole.
     // The staged block holds rows [a, a + 128) as 16-byte chunks from first_row = a - a % 16 (shifted by
     // a % 16 when a is not 16-aligned; chunks outside the staging read as zeros).
     {
@@ -1112,7 +1052,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         // lanes 2-7 store the three whole middle sectors, lanes 0-1 the head sector when the previous
         // block's bytes were carried in (head_carry: whole). The tail sector is carried on when the next
         // block continues the column (shared strips: handed on above). The edge sectors shared with another
-        // worker's block get this block's bytes only, one request each (WGRAD_QT_EDGE_BYTES). One
+        // worker's block get this block's bytes only, one request each (the edge bytes below). One
         // branch-free chunk per lane and pass: the general path's per-sector task loop cost ~2x the
         // instructions (H200 session 13, measurement build).
         const int64_t base = a & ~int64_t{31};
@@ -1170,7 +1110,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         // Edge sectors whose other bytes are carried in or out: thread pair (2 c, 2 c + 1) takes both edges
         // of column c, so that the thread that reads gs.carry[c][h] for the first sector is the one that
         // refills it from the last. The bytes of edge sectors shared with another worker's block go out
-        // below, one request per sector (WGRAD_QT_EDGE_BYTES).
+        // below, one request per sector.
         const bool head_alone = head_edge && !head_carry && !(one_sector && tail_carry);
         const bool tail_alone = tail_edge && !one_sector && !tail_carry;
         if ((head_edge && !head_alone) || (tail_edge && !one_sector && tail_carry && !handed_early)) {
@@ -1199,7 +1139,27 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         edge_tail = tail_alone ? static_cast<int>(e - tail_sector) : 0;
         head_carry = tail_carry;
       }
-      WGRAD_QT_EDGE_BYTES(edge_head, edge_tail_lo, edge_tail);
+      // The edge bytes: block bytes [0, edge_head) (q_t rows [a, a + edge_head)) and [edge_tail_lo,
+      // edge_tail_lo + edge_tail) of every column of the tile, one byte per lane, a warp per column at a time
+      // (warp w: columns [16 w, 16 w + 16)), so that each edge sector is one store request of one
+      // instruction. Byte-exact stores of the widest aligned pieces instead (up to 5 per 16-byte half, each a
+      // request) cost 1.5-2x the stores' time in an L2 left dirty by other writes, as the benchmark's flush
+      // leaves it (scripts/experiments/edge_store_probe.cu, H200 session 16: 32 MB of q_t runs starting 5-27
+      // bytes into a sector 41-46 us, with these edge stores 29 us, the same as runs starting 16 bytes in).
+      for (int j0 = 0; j0 < edge_head + edge_tail; j0 += 32) {
+        const int jl = j0 + lane;
+        const int i = jl < edge_head ? jl : edge_tail_lo + (jl - edge_head);
+        if (jl < edge_head + edge_tail) {
+          constexpr int kEdgeCols = Cfg::kTileCols / Cfg::kConsumerWarps;
+          const int64_t cols_left = p.cols - tile_col - warp * kEdgeCols;
+          uint8_t* dst = p.q_t + (tile_col + warp * kEdgeCols) * p.q_t_ld + a + i;
+#pragma unroll 1
+          for (int jj = 0; jj < kEdgeCols && jj < cols_left; ++jj) {
+            WGRAD_QT_STORE_BYTE(dst, qt_staged_byte(gs, warp * kEdgeCols + jj, i));
+            dst += p.q_t_ld;
+          }
+        }
+      }
       if constexpr (Cfg::kSegments) {
         if (order.shared) {
           if (link_in) {  // carry_in read
@@ -1245,7 +1205,6 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
 #undef WGRAD_QT_BOX_ROW
 #undef WGRAD_QT_STORE16
 #undef WGRAD_QT_STORE_BYTE
-#undef WGRAD_QT_EDGE_BYTES
 #undef WGRAD_QT_STORE_RANGE
 
 }  // namespace wgrad::quant

@@ -1,8 +1,9 @@
 // Probe (H200): the cost of the q_t stores of 128-byte column runs [a, a + 128) whose start a is not
 // 32-aligned, by how the edge sectors are written. Every block boundary is shared by two blocks (the
-// unaligned MoE segments cast in row-major order). Standalone: nvcc -arch=sm_90a -o p edge_store_probe.cu
+// unaligned MoE segments cast in row-major order). No torch or CUTLASS: nvcc -arch=sm_90a -o p edge_store_probe.cu
 #include <cuda_runtime.h>
 
+#include "../../csrc/kernels/qt_store.cuh"
 #include "probe_common.h"
 
 #include <algorithm>
@@ -10,27 +11,8 @@
 #include <cstdio>
 #include <vector>
 
-
-// Bytes [lo, hi) of a 16-byte chunk with the widest aligned stores that fit: a copy of the kernel's
-// store_chunk_bytes (quantize_colwise_sm90.cuh; its edge stores before session 16), so that the probe needs no CUTLASS.
-__device__ __forceinline__ void store_chunk_bytes(uint8_t* dst, const uint4& d, int lo, int hi) {
-  auto word = [&](int b) { return b < 8 ? (b < 4 ? d.x : d.y) : (b < 12 ? d.z : d.w); };
-  int b = lo;
-  if ((b & 1) && b < hi) {
-    dst[b] = static_cast<uint8_t>(word(b) >> (8 * (b & 3)));
-    ++b;
-  }
-  if ((b & 2) && b + 2 <= hi) {
-    *reinterpret_cast<uint16_t*>(dst + b) = static_cast<uint16_t>(word(b) >> 16);
-    b += 2;
-  }
-  for (; b + 4 <= hi; b += 4) *reinterpret_cast<uint32_t*>(dst + b) = word(b);
-  if (b + 2 <= hi) {
-    *reinterpret_cast<uint16_t*>(dst + b) = static_cast<uint16_t>(word(b));
-    b += 2;
-  }
-  if (b < hi) dst[b] = static_cast<uint8_t>(word(b) >> (8 * (b & 3)));
-}
+// The kernel's byte-exact chunk stores (its edge stores before session 16: store_chunk_bytes).
+using wgrad::quant::store_chunk_bytes;
 
 // mode 0: lanes k of a column store chunk k of [a, a + 128) when a is 16-aligned (whole 16-byte stores).
 // mode 1: a not 16-aligned, the kernel's row-major path: lanes k < 7 chunk k + 1 of [a - shift, ...), lane
