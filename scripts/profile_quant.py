@@ -84,7 +84,7 @@ def order_sweep(orders, kinds, shapes):
                 for o in orders:
                     env = _env_of(o)
                     os.environ.update(env)
-                    ms, copy_ms = bench_quant._time_pair_ms(fn, copy, 9, flush)
+                    ms, copy_ms = bench_quant._time_pair_ms(fn, copy, 9, flush.zero_)
                     for k in env:
                         os.environ.pop(k)
                     ratios[o].append(copy_ms / ms)
@@ -216,7 +216,7 @@ def main():
     rows, cols = (int(v) for v in shape.split(","))
     x = torch.randn(rows, cols, dtype=dtype, device="cuda")
     flush = torch.empty(bench_quant._L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    ms, copy_ms = bench_quant._time_pair_ms(_kernel_fn(kind, x), _copy_fn(kind, x), 9, flush)
+    ms, copy_ms = bench_quant._time_pair_ms(_kernel_fn(kind, x), _copy_fn(kind, x), 9, flush.zero_)
     print(f"{kind} {rows}x{cols} {dtype}: {ms * 1e3:.1f} us, copy {copy_ms * 1e3:.1f} us, "
           f"{100 * copy_ms / ms:.1f} % of copy")
 

@@ -54,16 +54,16 @@ def _time_ms(fn: Callable[[], object], reps: int, before: Callable[[], object]) 
 
 
 def _time_pair_ms(fn: Callable[[], object], ref: Callable[[], object], reps: int,
-                  flush: torch.Tensor) -> Tuple[float, float]:
-    """Medians of fn and ref timed call by call in turn (L2 flushed before each), so that both see the
-    same state of the machine: timed one after the other, the copy of the same bytes moved by up to 11 %
-    between two rows of one shape on the H200, and every % of a copy with it."""
+                  before: Callable[[], object]) -> Tuple[float, float]:
+    """Medians of fn and ref timed call by call in turn (`before()`, the benchmark's L2 flush, ahead of
+    each), so that both see the same state of the machine: timed one after the other, the copy of the same
+    bytes moved by up to 11 % between two rows of one shape on the H200, and every % of a copy with it."""
     fn()
     ref()
     times, ref_times = [], []
     for _ in range(reps):
-        ref_times.append(_time_once_ms(ref, flush.zero_))
-        times.append(_time_once_ms(fn, flush.zero_))
+        ref_times.append(_time_once_ms(ref, before))
+        times.append(_time_once_ms(fn, before))
     return statistics.median(times), statistics.median(ref_times)
 
 
@@ -173,7 +173,7 @@ def run_quant_bench(shapes: Optional[Sequence[Tuple[int, int]]] = None, dtype: t
             nbytes = _bytes(kind, rows, cols, x.element_size(), SEGMENTS)
             src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
             dst = torch.empty_like(src)
-            ms, copy_ms = _time_pair_ms(ours, lambda: dst.copy_(src), reps, flush)
+            ms, copy_ms = _time_pair_ms(ours, lambda: dst.copy_(src), reps, flush.zero_)
             del src, dst
             torch_ms = _time_ms(theirs, reps, flush.zero_)
             gbps = nbytes / ms / 1e6

@@ -5,7 +5,6 @@ offsets. % of a copy of the same bytes, timed call by call beside the cast.
     PYTHONPATH=python python3 scripts/experiments/penalty_probe.py"""
 
 import os
-import statistics
 import sys
 
 import torch
@@ -16,13 +15,8 @@ from wgrad import bench_quant  # noqa: E402
 
 
 def pct(fn, copy, before, reps=15):
-    fn()
-    copy()
-    t, c = [], []
-    for _ in range(reps):
-        c.append(bench_quant._time_once_ms(copy, before))
-        t.append(bench_quant._time_once_ms(fn, before))
-    return 100.0 * statistics.median(c) / statistics.median(t)
+    ms, copy_ms = bench_quant._time_pair_ms(fn, copy, reps, before)
+    return 100.0 * copy_ms / ms
 
 
 def main():
