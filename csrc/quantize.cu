@@ -226,7 +226,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   // WGRAD_QUANT_DIAG=BITS drops part of the q_t stores (kQuantDiag* of quantize_colwise_sm90.cuh): timing only.
   if (const char* v = std::getenv("WGRAD_QUANT_DIAG")) {
     long diag = 0;
-    TORCH_CHECK(parse_knob_int(v, &diag) && diag >= 0 && diag <= 31, "WGRAD_QUANT_DIAG must be 0 to 31, got '", v, "'");
+    TORCH_CHECK(parse_knob_int(v, &diag) && diag >= 0 && diag <= 127, "WGRAD_QUANT_DIAG must be 0 to 127, got '", v, "'");
     params.diag = static_cast<int>(diag);
   }
 #endif
@@ -244,8 +244,19 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   TORCH_CHECK(err.empty(), op, ": TMA descriptor of x: ", err);
 
   auto kernel = &quant::quantize_fp8_1x128_colwise_sm90_kernel<T, kMode>;
-  constexpr int smem_bytes = static_cast<int>(sizeof(typename Cfg::SharedStorage));
-  static_assert(smem_bytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
+  constexpr int kStorageBytes = static_cast<int>(sizeof(typename Cfg::SharedStorage));
+  static_assert(kStorageBytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
+  int smem_bytes = kStorageBytes;
+#ifdef WGRAD_DIAG_VARIANTS
+  // Measurement build only: WGRAD_QUANT_SMEM_PAD=BYTES launches with that much more (unused) shared memory,
+  // to see what the L1 / shared-memory carve-out costs (docs/perf-notes.md, session 17).
+  if (const char* v = std::getenv("WGRAD_QUANT_SMEM_PAD")) {
+    long pad = 0;
+    TORCH_CHECK(parse_knob_int(v, &pad) && pad >= 0 && pad <= 65536, "WGRAD_QUANT_SMEM_PAD must be 0 to 65536, got '",
+                v, "'");
+    smem_bytes += static_cast<int>(pad);
+  }
+#endif
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const int64_t tiles = row_blocks * params.num_col_tiles;
   // The kernel counts tiles in 32 bits (TileOrder). (x would need 2^45 elements to exceed it.)

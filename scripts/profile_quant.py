@@ -5,7 +5,8 @@
 KIND is rowwise, colwise, both or segments (8 uneven segments, as `python -m wgrad bench --quant`);
 segmentsA (e.g. 16, 32, 128) rounds those segment sizes down to multiples of A (the last takes the rest),
 to separate the cost of segment starts inside a 16-byte chunk, a 32-byte sector or a 128-byte line of
-q_t from the rest. WGRAD_SEGMENT_ORDER=ranges|N forces the segments kernel's tile order.
+q_t from the rest; segments_one is one segment of all R rows (Colwise's tiles, the segments kernel).
+WGRAD_SEGMENT_ORDER=ranges|N forces the segments kernel's tile order.
 Without ncu it prints the median time of single calls with the L2 flushed and the % of a copy.
 
   python3 scripts/profile_quant.py order-sweep [ORDERS] [KINDS] [SHAPES]
@@ -46,20 +47,28 @@ def _kernel_fn(kind, x):
     if not kind.startswith("segments"):
         op = getattr(torch.ops.wgrad, f"quantize_fp8_1x128_{kind}")
         return lambda: op(x, False)
-    align = int(kind[len("segments"):] or 1)
-    sizes_list = bench_quant._segment_sizes(x.shape[0], bench_quant.SEGMENTS, align)
+    if kind == "segments_one":  # one segment of all R rows: Colwise's tiles through the segments kernel
+        sizes_list = [x.shape[0]]
+    else:
+        align = int(kind[len("segments"):] or 1)
+        sizes_list = bench_quant._segment_sizes(x.shape[0], bench_quant.SEGMENTS, align)
     sizes = torch.tensor(sizes_list, dtype=torch.int32, device="cuda")
     return lambda: torch.ops.wgrad.quantize_fp8_1x128_colwise_segments(x, sizes, False)
 
 
 def _copy_fn(kind, x):
-    """A device copy of the bytes the cast KIND of x moves, as a call."""
+    """The reference copy for the cast KIND of x (bench_quant.reference_copy): (call, bytes it moves, bytes
+    the cast moves). Compare bandwidths: pct(...)."""
     rows, cols = x.shape
     nbytes = bench_quant._bytes("colwise_segments" if kind.startswith("segments") else kind, rows, cols,
                                 x.element_size(), bench_quant.SEGMENTS)
-    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    return lambda: dst.copy_(src)
+    copy, copy_bytes = bench_quant.reference_copy(nbytes)
+    return copy, copy_bytes, nbytes
+
+
+def pct(ms, copy_ms, copy_bytes, nbytes):
+    """The cast's bandwidth in % of the copy's."""
+    return 100.0 * (nbytes / ms) / (copy_bytes / copy_ms)
 
 
 def _env_of(token):
@@ -78,7 +87,7 @@ def order_sweep(orders, kinds, shapes):
     for rows, cols in shapes:
         x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda")
         for kind in kinds:
-            fn, copy = _kernel_fn(kind, x), _copy_fn(kind, x)
+            fn, (copy, copy_bytes, nbytes) = _kernel_fn(kind, x), _copy_fn(kind, x)
             ratios = {o: [] for o in orders}
             for _ in range(int(os.environ.get("SWEEP_REPS", "3"))):
                 for o in orders:
@@ -87,8 +96,8 @@ def order_sweep(orders, kinds, shapes):
                     ms, copy_ms = bench_quant._time_pair_ms(fn, copy, 9, flush.zero_)
                     for k in env:
                         os.environ.pop(k)
-                    ratios[o].append(copy_ms / ms)
-            cells = " ".join(f"{100 * statistics.median(ratios[o]):7.1f}" for o in orders)
+                    ratios[o].append(pct(ms, copy_ms, copy_bytes, nbytes))
+            cells = " ".join(f"{statistics.median(ratios[o]):7.1f}" for o in orders)
             print(f"{rows}x{cols} {kind} {cells}", flush=True)
 
 
@@ -216,9 +225,10 @@ def main():
     rows, cols = (int(v) for v in shape.split(","))
     x = torch.randn(rows, cols, dtype=dtype, device="cuda")
     flush = torch.empty(bench_quant._L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    ms, copy_ms = bench_quant._time_pair_ms(_kernel_fn(kind, x), _copy_fn(kind, x), 9, flush.zero_)
+    copy, copy_bytes, nbytes = _copy_fn(kind, x)
+    ms, copy_ms = bench_quant._time_pair_ms(_kernel_fn(kind, x), copy, 9, flush.zero_)
     print(f"{kind} {rows}x{cols} {dtype}: {ms * 1e3:.1f} us, copy {copy_ms * 1e3:.1f} us, "
-          f"{100 * copy_ms / ms:.1f} % of copy")
+          f"{pct(ms, copy_ms, copy_bytes, nbytes):.1f} % of copy")
 
 
 if __name__ == "__main__":

@@ -328,6 +328,21 @@ def test_bench_segment_sizes():
         assert any(s % 16 for s in _segment_sizes(rows, 8))
 
 
+def test_bench_reference_copy_size():
+    # The copy beside each quantization kernel moves at least the kernel's bytes, in a size that is a
+    # multiple of 64 KiB (the driver's copy runs 10-13 % slower at sizes that are not multiples of 4 KiB,
+    # which flattered the segments casts' % of a copy), and never more than 128 KiB beyond them.
+    from wgrad.bench_quant import _bytes, reference_copy_size
+
+    for rows, cols in ((4096, 7168), (8192, 2112), (8192, 4224), (8192, 4096)):
+        for kind in ("rowwise", "colwise", "both", "colwise_segments", "colwise_segments_pad32"):
+            nbytes = _bytes(kind, rows, cols, 2, 8)
+            n = reference_copy_size(nbytes)
+            assert n % (64 * 1024) == 0 and nbytes <= 2 * n < nbytes + 128 * 1024 + 2, (rows, cols, kind, nbytes, n)
+    # 8192 x 4224 segments: 52,504,320 bytes each way; the copy 52,559,872 (802 x 64 KiB).
+    assert reference_copy_size(2 * 52504320) == 52559872 and reference_copy_size(2 * 65536) == 65536
+
+
 def test_python_api_flattens_and_converts():
     x = _random_x(6 * 50, 256, torch.bfloat16, seed=17)
     q, s = wgrad.quantize_fp8_1x128_rowwise(x.view(6, 50, 256))

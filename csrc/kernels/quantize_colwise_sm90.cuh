@@ -148,6 +148,10 @@ constexpr int kQuantDiagNoStoreSection = 2;  // no q_t store section at all (the
 constexpr int kQuantDiagAlignedRows = 4;     // the producer loads block b from row 128 b mod R (Colwise's rows)
 constexpr int kQuantDiagFullBoxes = 8;       // the producer loads all 8 boxes of a block (none aimed past R)
 constexpr int kQuantDiagPaddedPitch = 16;    // host: x's descriptor with a row pitch of C + 64 elements
+constexpr int kQuantDiagStartDelay = 32;     // every thread waits until 1.5 us after its entry before the
+                                             // start's barrier (Colwise then starts as late as the segments cast)
+constexpr int kQuantDiagColwiseTiles = 64;   // ColwiseSegments: no table, Colwise's tiles (128 rows from 128 b;
+                                             // right for one segment of all R rows only)
 
 // Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_PROBE=1): clock64 marks of one thread at
 // fixed points of the kernel, printed at its end as cycles since the kernel's entry (docs/perf-notes.md,
@@ -431,13 +435,14 @@ __device__ __forceinline__ int32_t used_row_blocks(const RowBlock* table, int32_
   return lo;
 }
 
+// (colwise_tiles: the measurement build's kQuantDiagColwiseTiles; false in every other build.)
 template <QuantMode kMode>
 __device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params, const RowBlock* table,
-                                                const TileCursor& cursor) {
+                                                const TileCursor& cursor, bool colwise_tiles) {
   QuantTile t;
   t.row_block = cursor.row_block;
   t.col_tile = cursor.col_tile;
-  if constexpr (kMode == QuantMode::ColwiseSegments) {
+  if (kMode == QuantMode::ColwiseSegments && !colwise_tiles) {
     const RowBlock rb = table[t.row_block];
     t.row_start = rb.row_start;
     t.out_start = rb.out_start;
@@ -612,7 +617,12 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   // table, no barrier but the one below. The CTA-wide scan kept the producer's first load ~3 us behind
   // Colwise's, this ~1.2 us; H200 session 11, `scripts/profile_quant.py startup`.)
   const RowBlock* table = p.row_blocks;
-  const bool own_table = Cfg::kSegments && params.segments.sizes != nullptr;  // else q.row_blocks
+#ifdef WGRAD_DIAG_VARIANTS
+  const bool colwise_tiles = Cfg::kSegments && (diag_of(params) & kQuantDiagColwiseTiles);
+#else
+  constexpr bool colwise_tiles = false;
+#endif
+  const bool own_table = Cfg::kSegments && params.segments.sizes != nullptr && !colwise_tiles;  // else q.row_blocks
   const bool warp_table = own_table && params.segments.num_segments <= kMaxWarpSegments;
   SegmentSummary summary{0, false, false};
   if constexpr (Cfg::kSegments) {
@@ -628,6 +638,13 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     }
   }
   probe.mark(2);
+#ifdef WGRAD_DIAG_VARIANTS
+  if (diag_of(params) & kQuantDiagStartDelay) {
+    const unsigned long long t0 = TimelineProbe::now();
+    while (TimelineProbe::now() < t0 + 1500) {
+    }
+  }
+#endif
   __syncthreads();  // barriers initialised (and the table built) before anyone reads them
   probe.mark(3);
 
@@ -638,25 +655,27 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   int32_t strip = 1;
   bool shared = false;
   if constexpr (Cfg::kSegments) {
-    bool inside_sector = summary.inside_sector, inside_chunk = summary.inside_chunk;
-    blocks_per_col = summary.used_blocks;
-    if (!warp_table) {
-      blocks_per_col = static_cast<int32_t>(used_row_blocks(table, params.num_row_blocks));
-      for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) {
-        inside_sector |= (table[b].out_start & 31) != 0;
-        inside_chunk |= (table[b].out_start & 15) != 0;
+    if (!colwise_tiles) {  // (measurement build: kQuantDiagColwiseTiles keeps Colwise's row-major order)
+      bool inside_sector = summary.inside_sector, inside_chunk = summary.inside_chunk;
+      blocks_per_col = summary.used_blocks;
+      if (!warp_table) {
+        blocks_per_col = static_cast<int32_t>(used_row_blocks(table, params.num_row_blocks));
+        for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) {
+          inside_sector |= (table[b].out_start & 31) != 0;
+          inside_chunk |= (table[b].out_start & 15) != 0;
+        }
+        inside_sector = __syncthreads_or(inside_sector);
+        inside_chunk = __syncthreads_or(inside_chunk);
       }
-      inside_sector = __syncthreads_or(inside_sector);
-      inside_chunk = __syncthreads_or(inside_chunk);
+      const int32_t table_index = blocks_per_col - params.auto_strip_first;  // the host's table, if it has B
+      strip = params.segment_order >= 0 ? params.segment_order
+              : !inside_sector          ? 1
+              : table_index >= 0 && table_index < params.auto_strip_count
+                  ? static_cast<int32_t>(params.auto_strips[inside_chunk ? 0 : 1][table_index])
+                  : choose_segment_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), workers,
+                                         Cfg::kGroups, !inside_chunk);
+      shared = params.segment_order >= 0 ? params.segment_shared : true;  // auto: shared when several groups
     }
-    const int32_t table_index = blocks_per_col - params.auto_strip_first;  // the host's table, if it has B
-    strip = params.segment_order >= 0 ? params.segment_order
-            : !inside_sector          ? 1
-            : table_index >= 0 && table_index < params.auto_strip_count
-                ? static_cast<int32_t>(params.auto_strips[inside_chunk ? 0 : 1][table_index])
-                : choose_segment_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), workers,
-                                       Cfg::kGroups, !inside_chunk);
-    shared = params.segment_order >= 0 ? params.segment_shared : true;  // auto: shared when several groups
   }
   const TileOrder order = make_tile_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), strip, workers,
                                           Cfg::kGroups, shared);
@@ -681,7 +700,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
 #pragma unroll
         for (int g = 0; g < Cfg::kGroups; ++g) {
           if (!tiles[g].valid()) continue;  // the group has no tiles left
-          const QuantTile t = quant_tile<kMode>(params, table, tiles[g]);
+          const QuantTile t = quant_tile<kMode>(params, table, tiles[g], colwise_tiles);
           tiles[g].advance(order);
           more = true;
           probe.mark_once(5);
@@ -760,7 +779,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   TimelineProbe timeline;
   timeline.start(params, group, tid_g == 0);
   for (TileCursor cursor = first_tile<Cfg::kGroups>(order, group); cursor.valid(); cursor.advance(order)) {
-    const QuantTile t = quant_tile<kMode>(params, table, cursor);
+    const QuantTile t = quant_tile<kMode>(params, table, cursor, colwise_tiles);
     const int64_t tile_col = t.col_tile * Cfg::kTileCols;
 
     // ---- tile rows [8 rg, 8 rg + 8), columns [8 cc, 8 cc + 8) into registers (raw); release the stage.
