@@ -330,7 +330,7 @@ def test_bench_segment_sizes():
 
 def test_bench_reference_copy_size():
     # The copy beside each quantization kernel moves at least the kernel's bytes, in a size that is a
-    # multiple of 64 KiB (the driver's copy runs 10-13 % slower at sizes that are not multiples of 4 KiB,
+    # multiple of 64 KiB (the driver's copy runs 3-13 % slower at sizes that are not multiples of 4 KiB,
     # which flattered the segments casts' % of a copy), and never more than 128 KiB beyond them.
     from wgrad.bench_quant import _bytes, reference_copy_size
 

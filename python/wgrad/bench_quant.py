@@ -2,7 +2,7 @@
 
 Each kernel is timed on DeepSeek-V3-like activations `x` [tokens, features] next to
 - a device-to-device copy moving the same number of bytes, rounded up to 128 KiB (the bandwidth ceiling;
-  compared by bandwidth: the driver's copy runs 10-13 % slower at sizes that are not multiples of 4 KiB), and
+  compared by bandwidth: the driver's copy runs 3-13 % slower at sizes that are not multiples of 4 KiB), and
 - the plain PyTorch way: per-block amax through a view, divide, cast, `.t().contiguous()` for the
   transposed operand, and a copy of the scales into the MN-major layout the GEMMs take.
 The MoE segments cast runs three times: with 8 uneven segment sizes that are not multiples of 16
@@ -35,10 +35,10 @@ DEFAULT_SHAPES: List[Tuple[int, int]] = [
 ]
 SEGMENTS = 8  # experts of the segmented (MoE) cast in the benchmark
 _L2_FLUSH_BYTES = 256 * 2**20
-# The reference copy's size is rounded up to this. The driver's device-to-device copy runs 10-13 % slower
+# The reference copy's size is rounded up to this. The driver's device-to-device copy runs 3-13 % slower
 # when its size is not a multiple of 4 KiB (H200: 52,504,320 bytes, 8192 x 4224's segments cast, 3.26 TB/s
 # read + written; the same rounded to 4 KiB 3.59 TB/s), and a copy of exactly the cast's bytes made the
-# % of a copy of such shapes look 10-13 % better than they are (docs/perf-notes.md, session 17).
+# % of a copy of such shapes look up to 13 % better than they are (docs/perf-notes.md, session 17).
 _COPY_ALIGN = 64 * 2**10
 
 
