@@ -3,7 +3,8 @@
 # profile of one dense shape, optionally the full benchmark. Logs under $OUT (default out/).
 #   scripts/device_run.sh [--no-tests] [--memcheck] [--racecheck] [--ncu M,N,K] [--bench "ARGS"] [--sweep "M,N,K ..."|all|none]
 #                         [--diag "BITS,BITS,..."] [--probe "R,C R,C ..."|default] [--ncu-quant "KIND:R,C ..."]
-#                         [--orders "ORDERS"] [--quant-diag "ORDERS"]
+#                         [--orders "ORDERS"] [--quant-diag "ORDERS"] [--quant-probe "MODES"]
+#                         [--timeline "KIND:R,C ..."]
 # --diag: also build the measurement variant (WGRAD_DIAG_VARIANTS=1, in a copy of the tree, beside the
 # release build) and time the dense seed shapes with each WGRAD_DIAG value (docs/perf-notes.md, session 9).
 # --probe: the quantization start-up study (scripts/profile_quant.py startup) in the release build and,
@@ -16,10 +17,15 @@
 # --quant-diag: the same sweep in the measurement build (built as for --diag), ORDERS tokens with the
 # knob WGRAD_QUANT_DIAG (e.g. "WGRAD_SEGMENT_ORDER=c18+WGRAD_QUANT_DIAG=1,..."), over QUANT_DIAG_KINDS
 # (default segments,segments32,colwise) and QUANT_DIAG_SHAPES (default 8192,4096 4096,7168).
+# --quant-probe: scripts/experiments/penalty_probe.py in the release build, once per MODE (e.g. "calls
+# copies", "placement", "default"; docs/perf-notes.md, session 17).
+# --timeline: every consumer group's timeline of each cast, once after an L2 flush, in the measurement
+# build (built as for --diag; scripts/profile_quant.py timeline), and its summary.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
-TESTS=1; MEMCHECK=0; RACECHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""; PROBE=""; NCU_QUANT=""; ORDERS=""; QDIAG=""
+TESTS=1; MEMCHECK=0; RACECHECK=0; NCU=""; BENCH=""; SWEEP=all; DIAG=""; PROBE=""; NCU_QUANT=""; ORDERS=""; QDIAG=""; QPROBE=""
+TIMELINE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) TESTS=0 ;;
@@ -33,6 +39,8 @@ while [ $# -gt 0 ]; do
     --ncu-quant) NCU_QUANT="$2"; shift ;;
     --orders) ORDERS="$2"; shift ;;
     --quant-diag) QDIAG="$2"; shift ;;
+    --quant-probe) QPROBE="$2"; shift ;;
+    --timeline) TIMELINE="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -45,7 +53,7 @@ export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} CUDA_HOME=${CUDA_HOME:-
 export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
 t0=$(date +%s); JOBS=$MAX_JOBS
-if [ -n "$DIAG$PROBE$QDIAG" ]; then  # the measurement build, in a copy, beside the release build (half the jobs each)
+if [ -n "$DIAG$PROBE$QDIAG$TIMELINE" ]; then  # the measurement build, in a copy, beside the release build (half the jobs each)
   JOBS=$(( MAX_JOBS / 2 > 0 ? MAX_JOBS / 2 : 1 ))
   rm -rf /tmp/wgrad_diag && mkdir -p /tmp/wgrad_diag && cp -r csrc python scripts setup.py /tmp/wgrad_diag/
   rm -f /tmp/wgrad_diag/python/wgrad/_C*.so
@@ -127,4 +135,16 @@ fi
 if [ -n "$BENCH" ]; then
   t0=$(date +%s); python3 -m wgrad bench --json "$OUT/bench.json" $BENCH > "$OUT/bench.txt" 2> "$OUT/bench.err"
   echo "bench rc=$? $(( $(date +%s) - t0 )) s"; tail -45 "$OUT/bench.txt"; tail -5 "$OUT/bench.err"
+fi
+for mode in $QPROBE; do
+  t0=$(date +%s); [ "$mode" = default ] && arg="" || arg=$mode
+  python3 scripts/experiments/penalty_probe.py $arg > "$OUT/penalty_$mode.txt" 2>&1
+  echo "penalty_probe $mode $(( $(date +%s) - t0 )) s"; cat "$OUT/penalty_$mode.txt"
+done
+if [ -n "$TIMELINE" ]; then
+  t0=$(date +%s)
+  ( cd /tmp/wgrad_diag && PYTHONPATH=/tmp/wgrad_diag/python:${PYTHONPATH#*:} python3 scripts/profile_quant.py timeline \
+      $TIMELINE ) > "$OUT/timeline.log" 2>&1
+  python3 scripts/profile_quant.py timeline-summary "$OUT/timeline.log" > "$OUT/timeline_summary.txt" 2>&1
+  echo "timeline $(( $(date +%s) - t0 )) s"; cat "$OUT/timeline_summary.txt"
 fi

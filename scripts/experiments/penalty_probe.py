@@ -27,8 +27,9 @@ import profile_quant  # noqa: E402
 from wgrad import bench_quant  # noqa: E402
 
 
-def pct(fn, copy_fn, before, reps=15):
-    copy, copy_bytes, nbytes = copy_fn
+def pct(fn, ref, before, reps=15):
+    """% of a copy of fn, ref being profile_quant._copy_fn's (copy, its bytes, the cast's bytes)."""
+    copy, copy_bytes, nbytes = ref
     ms, copy_ms = bench_quant._time_pair_ms(fn, copy, reps, before)
     return profile_quant.pct(ms, copy_ms, copy_bytes, nbytes)
 
@@ -66,17 +67,17 @@ def placement(spacers_mb):
     for rows, cols in ((8192, 4096), (8192, 4224)):
         x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda")
         calls = {k: (profile_quant._kernel_fn(k, x), profile_quant._copy_fn(k, x)) for k in kinds}
-        for fn, copy in calls.values():  # every lazy allocation and the copies' buffers before the block
+        for fn, (copy, _, _) in calls.values():  # every lazy allocation and the copies' buffers before the block
             fn()
-            copy[0]()
+            copy()
         torch.cuda.synchronize()
         block = torch.empty(512 * MB, dtype=torch.uint8, device="cuda")
         base = block.data_ptr()
         del block  # cached: the allocations below are carved out of it, the spacer first
         for spacer_mb in spacers_mb:
             spacer = torch.empty(max(1, int(spacer_mb * MB)), dtype=torch.uint8, device="cuda") if spacer_mb else None
-            for kind, (fn, copy) in calls.items():
-                v = pct(fn, copy, flush.zero_)
+            for kind, (fn, ref) in calls.items():
+                v = pct(fn, ref, flush.zero_)
                 out = fn()
                 qt, sc = out[0].data_ptr(), out[1].data_ptr()
                 del out
