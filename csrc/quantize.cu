@@ -109,10 +109,11 @@ int64_t rowwise_ctas_per_sm() {
 }
 
 // The tile order of the segments kernel (TileOrder in quantize_colwise_sm90.cuh): -1 lets the kernel
-// choose (choose_segment_order), 0 one contiguous range of blocks per consumer group, S >= 1 strips of S
-// consecutive blocks dealt round-robin (1: row-major), per consumer group or (shared) per CTA, whose
-// groups take the strip's blocks in turn. Tuning knob WGRAD_SEGMENT_ORDER = auto (or unset) | ranges | S |
-// cS (shared strips; S from 1 to 64), read at every call; the result is the same bits whatever the order.
+// choose (choose_segment_order), 0 one contiguous range of blocks per consumer group or (shared) per CTA,
+// S >= 1 strips of S consecutive blocks dealt round-robin (1: row-major), per consumer group or (shared)
+// per CTA, whose groups take the strip's or range's blocks in turn. Tuning knob WGRAD_SEGMENT_ORDER = auto
+// (or unset) | ranges | cranges (shared ranges) | S | cS (shared strips; S from 1 to 64), read at every
+// call; the result is the same bits whatever the order.
 struct SegmentOrderKnob {
   int order;
   bool shared;
@@ -121,11 +122,12 @@ SegmentOrderKnob segment_order_knob() {
   const char* v = std::getenv("WGRAD_SEGMENT_ORDER");
   if (v == nullptr || std::strcmp(v, "auto") == 0) return {-1, false};
   if (std::strcmp(v, "ranges") == 0) return {0, false};
+  if (std::strcmp(v, "cranges") == 0) return {0, true};
   const bool shared = v[0] == 'c';
   long n = 0;
   TORCH_CHECK(parse_knob_int(v + (shared ? 1 : 0), &n) && n >= 1 && n <= 64,
-              "WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in [1, 64] (cN: shared strips), got '", v,
-              "'");
+              "WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip length in [1, 64] (cN: shared strips), got '",
+              v, "'");
   return {static_cast<int>(n), shared};
 }
 

@@ -13,7 +13,7 @@
 # the details of all of them in one file, ncu_quant.txt (NCU_QUANT_SASS=1: and each one's SASS with its
 # stall samples, ncu_sass_KIND_R_C.csv).
 # --orders: the segments cast's tile orders (scripts/profile_quant.py order-sweep ORDERS) on the benchmark's
-# shapes, unaligned, 16- and 32-aligned splits.
+# shapes, unaligned, 16- and 32-aligned splits (env ORDER_KINDS, ORDER_SHAPES "R,C R,C ...": others).
 # --quant-diag: the same sweep in the measurement build (built as for --diag), ORDERS tokens with the
 # knob WGRAD_QUANT_DIAG (e.g. "WGRAD_SEGMENT_ORDER=c18+WGRAD_QUANT_DIAG=1,..."), over QUANT_DIAG_KINDS
 # (default segments,segments32,colwise) and QUANT_DIAG_SHAPES (default 8192,4096 4096,7168).
@@ -99,7 +99,8 @@ if [ -n "$PROBE" ]; then
 fi
 if [ -n "$ORDERS" ]; then
   t0=$(date +%s)
-  python3 scripts/profile_quant.py order-sweep "$ORDERS" segments,segments16,segments32 > "$OUT/orders.txt" 2>&1
+  python3 scripts/profile_quant.py order-sweep "$ORDERS" "${ORDER_KINDS:-segments,segments16,segments32}" \
+      ${ORDER_SHAPES:+"$ORDER_SHAPES"} > "$OUT/orders.txt" 2>&1
   echo "orders $(( $(date +%s) - t0 )) s"; cat "$OUT/orders.txt"
 fi
 if [ -n "$QDIAG" ]; then

@@ -75,15 +75,17 @@ def quant_cases(dev):
         for pad in (16, 32):  # padded segments: zero columns between segments and after the last
             wgrad.quantize_fp8_1x128_colwise_segments_padded(x, torch.tensor(sizes, dtype=torch.int32, device=dev),
                                                              pad)
-    # The segments cast in shared strips (a CTA's consumer groups hand the sectors between their blocks to
-    # each other through shared memory), forced: these inputs are too small for the kernel to choose them.
-    os.environ["WGRAD_SEGMENT_ORDER"] = "c4"
-    try:
-        x = torch.randn(6000, 1000, device=dev, dtype=torch.bfloat16)
-        for sizes in ([1000, 37, 0, 2963, 5, 1995], [1008, 48, 0, 2944, 16, 1984]):
-            wgrad.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes, dtype=torch.int32, device=dev))
-    finally:
-        del os.environ["WGRAD_SEGMENT_ORDER"]
+    # The segments cast in shared strips and shared ranges (a CTA's consumer groups hand the sectors
+    # between their blocks to each other through shared memory), forced: these inputs are too small for the
+    # kernel to choose them.
+    x = torch.randn(6000, 1000, device=dev, dtype=torch.bfloat16)
+    for order in ("c4", "cranges"):
+        os.environ["WGRAD_SEGMENT_ORDER"] = order
+        try:
+            for sizes in ([1000, 37, 0, 2963, 5, 1995], [1008, 48, 0, 2944, 16, 1984]):
+                wgrad.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes, dtype=torch.int32, device=dev))
+        finally:
+            del os.environ["WGRAD_SEGMENT_ORDER"]
 
 
 if __name__ == "__main__":

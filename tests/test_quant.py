@@ -554,13 +554,13 @@ def test_gpu_segments_many_tiles_per_cta():
 
 
 @sm90
-@pytest.mark.parametrize("order", ["auto", "ranges", "c12", "1"])
+@pytest.mark.parametrize("order", ["auto", "ranges", "cranges", "c12", "1"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_segments_long_runs_of_blocks(dtype, order, monkeypatch):
     # Segments that start inside 32-byte sectors, and at least 12 tiles per consumer group: the column
     # kernel quantizes runs of consecutive row blocks (auto: strips of 39 blocks shared by a CTA's three
     # groups for bf16, of 37 blocks per group for fp32, choose_segment_order; c12: shared strips of 12;
-    # ranges: one range per group; 1: row-major, every edge sector shared with another worker's block and
+    # ranges: one range per group; cranges: one range per CTA, shared by its groups; 1: row-major, every edge sector shared with another worker's block and
     # written byte-exact) and hands the sector a block ends inside on to the next block
     # (gs.carry, from group to group in shared strips; TileOrder in quantize_colwise_sm90.cuh). Segment starts at every
     # offset within a sector, segments shorter than a sector (one block inside one sector, several in a
@@ -670,11 +670,12 @@ def test_gpu_rowwise_grid_knob(ctas_per_sm, monkeypatch):
 
 
 @sm90
-@pytest.mark.parametrize("order", ["1", "ranges", "2", "3", "64", "c2", "c3", "c4", "c7", "c64"])
+@pytest.mark.parametrize("order", ["1", "ranges", "cranges", "2", "3", "64", "c2", "c3", "c4", "c7", "c64"])
 def test_gpu_segments_tile_order_knob(order, monkeypatch):
     # WGRAD_SEGMENT_ORDER forces the segments kernel's tile order: "ranges" (one contiguous range of
-    # blocks per consumer group), strips of N > 1 blocks and shared strips cN (a CTA's groups take the
-    # blocks in turn and hand the sector over through shared memory; fp32, one group: strips of N) carry
+    # blocks per consumer group), "cranges" (one per CTA, its groups taking the blocks in turn), strips of
+    # N > 1 blocks and shared strips cN (a CTA's groups take the blocks in turn and hand the sector over
+    # through shared memory; fp32, one group: strips of N; cranges: ranges per group) carry
     # shared sectors from block to block even on tiny inputs and aligned segments, "1" (row-major) never;
     # the bits are the same as the reference's either way. C = 1000: a partial last column tile.
     monkeypatch.setenv("WGRAD_SEGMENT_ORDER", order)
@@ -694,9 +695,13 @@ def test_gpu_colwise_grid_knob(grid, monkeypatch):
     for kind in ("colwise", "both"):
         _check_gpu_op(kind, x, False)
     _check_gpu_op("segments", x, False, torch.tensor([1000, 37, 0, 1958, 5], dtype=torch.int32))
+    # Shared ranges on few CTAs: each CTA's range runs over several column tiles, so the handoffs stop and
+    # start again at every column tile's first block.
+    monkeypatch.setenv("WGRAD_SEGMENT_ORDER", "cranges")
+    _check_gpu_op("segments", x, False, torch.tensor([1000, 37, 0, 1958, 5], dtype=torch.int32))
 
 
-_ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in \\[1, 64\\] \\(cN: shared strips\\), "
+_ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip length in \\[1, 64\\] \\(cN: shared strips\\), "
                   "got '{}'")
 
 
@@ -704,7 +709,7 @@ _ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges or a strip length in
 @pytest.mark.parametrize("var, value, kind, message", [
     ("WGRAD_ROWWISE_CTAS_PER_SM", "-3", "rowwise", "WGRAD_ROWWISE_CTAS_PER_SM must be in \\[0, 1024\\], got '-3'"),
     *[("WGRAD_SEGMENT_ORDER", v, "segments", _ORDER_MESSAGE.format(v))
-      for v in ["yes", "0", "65", "2x", "", "c", "c0", "c65"]],
+      for v in ["yes", "0", "65", "2x", "", "c", "c0", "c65", "crange", "cranges2"]],
     ("WGRAD_COLWISE_GRID", "0", "colwise", "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '0'"),
 ])
 def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypatch):

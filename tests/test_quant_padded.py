@@ -196,7 +196,7 @@ def test_gpu_padded_other_widths(cols):
 
 
 @sm90
-@pytest.mark.parametrize("order", ["1", "2", "ranges", "c2", "c5"])
+@pytest.mark.parametrize("order", ["1", "2", "ranges", "cranges", "c2", "c5"])
 def test_gpu_padded_tile_orders(order, monkeypatch):
     # pad 16 leaves blocks 16 bytes into a sector: the orders that carry sectors from block to block work
     # on the padded q_t positions (runs of blocks stop at every padding gap).

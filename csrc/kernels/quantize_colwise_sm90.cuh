@@ -260,7 +260,7 @@ struct QuantTile {
 //     quantized by one group while j + 1 and j + 2 are by the other two, so the CTA walks down a strip as
 //     fast as a group walks across a row-major round.
 //   Ranges (strip = 0): column-major, every worker one contiguous range (ranges differ by at most one
-//     tile).
+//     tile); shared ranges: every CTA one, its groups taking its blocks in turn as in shared strips.
 // Within a unit, consecutive blocks of a column let a group (shared strips: the next group, through
 // shared memory) write q_t in whole 32-byte sectors across the block boundary (see the q_t stores); that
 // is why ColwiseSegments whose segments start inside a sector use units longer than one block
@@ -278,14 +278,18 @@ struct TileOrder {
   int32_t strips_per_col;  // ceil(blocks_per_col / strip)
   int32_t workers;         // gridDim.x * groups
   int32_t groups;          // consumer groups per CTA
-  // Strips only. false: unit u goes to worker (CTA u % gridDim.x, group (u / gridDim.x) % groups), which
-  // quantizes its blocks one after the other. true ("shared strips"): unit u goes to CTA u % gridDim.x,
-  // and the CTA's tiles (its units' blocks, in order) go to its groups in turn, so that neighbouring
-  // blocks are quantized by neighbouring groups at about the same time and a group hands the sector its
-  // block ends inside to the next group through shared memory (see the q_t stores).
+  // false: unit u goes to worker (CTA u % gridDim.x, group (u / gridDim.x) % groups), which quantizes its
+  // blocks one after the other (ranges: range u to worker u). true ("shared strips", "shared ranges"):
+  // unit u goes to CTA u % gridDim.x (ranges: range u, one per CTA), and the CTA's tiles (its units'
+  // blocks, in order) go to its groups in turn, so that neighbouring blocks are quantized by neighbouring
+  // groups at about the same time and a group hands the sector its block ends inside to the next group
+  // through shared memory (see the q_t stores). Not row-major (strip 1).
   bool shared;
   __host__ __device__ int32_t num_tiles() const { return blocks_per_col * num_col_tiles; }
-  __host__ __device__ int32_t num_units() const { return strip == 0 ? workers : strips_per_col * num_col_tiles; }
+  // Ranges: one per worker, or with `shared` one per CTA. Strips: ceil(B / S) per column tile.
+  __host__ __device__ int32_t num_units() const {
+    return strip == 0 ? (shared ? workers / groups : workers) : strips_per_col * num_col_tiles;
+  }
   // Units between two of a cursor's units, and tiles of the sequence between two of a group's tiles.
   __host__ __device__ int32_t unit_step() const { return shared ? workers / groups : workers; }
   __host__ __device__ int32_t tile_step() const { return shared ? groups : 1; }
@@ -300,7 +304,7 @@ __device__ __forceinline__ TileOrder make_tile_order(int32_t blocks_per_col, int
   o.strips_per_col = strip == 0 ? 0 : (blocks_per_col + strip - 1) / strip;
   o.workers = workers;
   o.groups = groups;
-  o.shared = shared && strip >= 2 && groups > 1;  // one group: its own strips
+  o.shared = shared && strip != 1 && groups > 1;  // one group: its own strips or ranges
   return o;
 }
 
@@ -363,15 +367,19 @@ struct TileCursor {
   // Shared strips: is the tile before this one in the CTA's sequence the block above it (another group's)?
   // (Strips start at multiples of the strip length; no register for the unit's start.)
   __device__ __forceinline__ bool follows_in_unit(const TileOrder& o) const {
-    return o.shared && row_block % o.strip != 0;
+    // (Shared ranges: the range of CTA `unit` starts at tile floor(T unit / ctas), and tile - 1 >= that
+    // start iff tile ctas > T unit.)
+    if (!o.shared || row_block == 0) return false;
+    return o.strip != 0 ? row_block % o.strip != 0
+                        : int64_t{tile} * o.num_units() > int64_t{o.num_tiles()} * unit;
   }
 
   __device__ __forceinline__ void enter_units(const TileOrder& o) {  // from `unit` on, the first non-empty
     const int32_t units = o.num_units();
     for (; unit < units; unit += o.unit_step()) {
       if (o.strip == 0) {
-        tile = static_cast<int32_t>(static_cast<int64_t>(o.num_tiles()) * unit / o.workers);
-        end = static_cast<int32_t>(static_cast<int64_t>(o.num_tiles()) * (unit + 1) / o.workers);
+        tile = static_cast<int32_t>(static_cast<int64_t>(o.num_tiles()) * unit / units);
+        end = static_cast<int32_t>(static_cast<int64_t>(o.num_tiles()) * (unit + 1) / units);
         col_tile = tile / o.blocks_per_col;
         row_block = tile - col_tile * o.blocks_per_col;
       } else {
@@ -409,13 +417,14 @@ __device__ __forceinline__ int32_t worker_index(int group) {
 }
 
 // Group `group`'s cursor at its first tile. Strips: unit u goes to CTA u % gridDim.x, group
-// (u / gridDim.x) % groups (shared strips: the CTA's tile `group` of its sequence). Ranges: CTA b's
-// groups take neighbouring ranges.
+// (u / gridDim.x) % groups. Ranges: CTA b's groups take neighbouring ranges. Shared strips and ranges:
+// the CTA's tile `group` of its sequence.
 template <int kGroups>
 __device__ __forceinline__ TileCursor first_tile(const TileOrder& o, int group) {
   TileCursor c;
-  c.unit = o.strip == 0 ? worker_index<kGroups>(group)
-                        : static_cast<int32_t>(blockIdx.x + (o.shared ? 0 : group * gridDim.x));
+  c.unit = o.shared ? static_cast<int32_t>(blockIdx.x)
+           : o.strip == 0 ? worker_index<kGroups>(group)
+                          : static_cast<int32_t>(blockIdx.x + group * gridDim.x);
   c.tile = c.end = 0;
   c.enter_units(o);
   if (o.shared) {
@@ -674,7 +683,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
                   ? static_cast<int32_t>(params.auto_strips[inside_chunk ? 0 : 1][table_index])
                   : choose_segment_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), workers,
                                          Cfg::kGroups, !inside_chunk);
-      shared = params.segment_order >= 0 ? params.segment_shared : true;  // auto: shared when several groups
+      // auto: shared strips when several groups; ranges (beyond kMaxAutoStrip tiles per group) per group
+      shared = params.segment_order >= 0 ? params.segment_shared : strip >= 2;
     }
   }
   const TileOrder order = make_tile_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), strip, workers,

@@ -17,7 +17,7 @@ wait
 echo "builds $(( $(date +%s) - t0 )) s; spills: $(grep -c -E '[1-9][0-9]* bytes spill stores' "$OUT/build.log")"
 NEW=$PWD/python:/tmp/site; BASE=/tmp/wgrad_base/python:/tmp/site
 t0=$(date +%s)
-PYTHONPATH=$NEW python3 -m pytest tests/test_quant.py tests/test_quant_padded.py -q -x -k "gpu or cuda" > "$OUT/pytest.log" 2>&1
+PYTHONPATH=$NEW timeout 300 python3 -m pytest tests/test_quant.py tests/test_quant_padded.py -q -x -k "gpu or cuda" > "$OUT/pytest.log" 2>&1
 echo "quant tests rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest.log")"
 grep -E "FAILED|Error" "$OUT/pytest.log" | head -10
 ORDERS=${AB_ORDERS:-auto,1}; KINDS=${AB_KINDS:-segments,segments16}
@@ -27,7 +27,7 @@ for round in 1 2; do
   for side in new base; do
     if [ $side = new ]; then P=$NEW; else P=$BASE; fi
     echo "== $side (round $round)"
-    PYTHONPATH=$P python3 scripts/profile_quant.py order-sweep "$ORDERS" "$KINDS" "$SHAPES" 2>&1 | tee -a "$OUT/orders_$side.txt"
+    PYTHONPATH=$P timeout 200 python3 scripts/profile_quant.py order-sweep "$ORDERS" "$KINDS" "$SHAPES" 2>&1 | tee -a "$OUT/orders_$side.txt"
   done
 done
 echo "orders $(( $(date +%s) - t0 )) s"
