@@ -582,6 +582,17 @@ def test_gpu_segments_long_runs_of_blocks(dtype, order, monkeypatch):
 
 
 @sm90
+def test_gpu_segments_auto_shared_ranges():
+    # 3584 x 8704 in 8 unaligned segments: 32 used blocks x 68 column tiles, 6 tiles per consumer group on an
+    # H200's 132 SMs, and no strip keeps row-major's balance, so the automatic order takes shared ranges
+    # (kSharedRanges in segment_order.h; one range of blocks per CTA, crossing column tiles, its three
+    # groups handing the sectors on). The bits are the reference's on any GPU.
+    sizes = torch.tensor([485, 411, 559, 337, 633, 263, 707, 189], dtype=torch.int32)
+    x = _random_x(3584, 8704, torch.bfloat16, seed=89)
+    _check_gpu_op("segments", x, False, sizes)
+
+
+@sm90
 @pytest.mark.parametrize("op", ["rowwise", "colwise", "both"])
 def test_gpu_unaligned_x_takes_the_scalar_path(op):
     # contiguous but not 16-byte aligned: the kernels fall back to element-wise loads

@@ -122,12 +122,12 @@ struct ColwiseSm90Params {
   // row blocks <= kTableEntries); without, q.row_blocks is a table in global memory.
   SegmentTableArgs segments;
   // ColwiseSegments tile order (TileOrder::strip): -1 the kernel chooses (choose_segment_order), 0 ranges,
-  // S >= 1 strips of S blocks (1: row-major); segment_shared: strips shared by the CTA's groups
-  // (TileOrder::shared; only when segment_order >= 1).
+  // S >= 1 strips of S blocks (1: row-major); segment_shared: strips or ranges shared by the CTA's groups
+  // (TileOrder::shared; not with row-major).
   int segment_order;
   bool segment_shared;
-  // ColwiseSegments, auto order, at most kMaxWarpSegments segments: the rule's strip (auto_segment_strip)
-  // for every count of used row blocks B the sizes can give, B = auto_strip_first + i, i <
+  // ColwiseSegments, auto order, at most kMaxWarpSegments segments: the rule's strip (auto_segment_strip;
+  // 0: ranges, shared by the CTA's groups) for every count of used row blocks B the sizes can give, B = auto_strip_first + i, i <
   // auto_strip_count, computed by the host once per shape, so that no CTA spends its start on the rule.
   // auto_strip_count 0 (or B outside, e.g. invalid sizes): the kernel chooses (choose_segment_order).
   // [0]: some segment starts inside a 16-byte chunk of q_t; [1]: all start on multiples of 16 bytes.
@@ -321,13 +321,15 @@ struct WarpSearchers {
 
 // ColwiseSegments: the order when not forced by the tuning knob (TileOrder::strip). Segments that start
 // inside a sector: the longest strip S, a multiple of the groups per CTA, that leaves no consumer group more
-// tiles than row-major does (ceil(T / W) for T tiles and W groups; on shapes of kMinTilesForOneMore or more
-// tiles per group, failing that, one more), so that S - 1 of every S block boundaries write whole sectors.
+// tiles than row-major does (ceil(T / W) for T tiles and W groups), so that S - 1 of every S block boundaries
+// write whole sectors; failing that, ranges (0: shared by the CTA's groups, from kMinTilesForSharedRanges
+// tiles per group; one group per CTA: on shapes of kMinTilesForOneMore or more tiles per group, a strip with
+// one more).
 // With several groups per CTA the strips are shared (TileOrder::shared): the units go to the CTAs and a CTA's
 // tiles to its groups in turn; one group per CTA (fp32): its own strips. The busiest group's tiles are
 // counted exactly (strip_busiest_worker). Strips shorter than kMinAutoStrip stay row-major, and beyond
-// kMaxAutoStrip tiles per group the order is ranges (balanced to one tile, and a sector shared only where a
-// range ends). Measured (`scripts/profile_quant.py order-sweep`, bf16, % of a copy, the benchmark's unaligned
+// kMaxAutoStrip tiles per group the order is ranges (balanced to one tile, shared by a CTA's groups, a sector
+// shared with another worker only where a range ends). Measured (`scripts/profile_quant.py order-sweep`, bf16, % of a copy, the benchmark's unaligned
 // split; docs/perf-notes.md): session 12, row-major / strips of 6 of one group (session 10's rule) / shared
 // strips of 18: 4096 x 7168 68.6 / 72.1 / 76.0-76.5, 8192 x 4096 62.4-63.0 / 65.8-66.3 / 66.7-68.7, 4096 x
 // 24576 59.3-60.4 / 74.1 (18) / 76.6-77.0; session 13 (run 5, the lean store path), shared strips of 3 / 6 /
@@ -683,8 +685,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
                   ? static_cast<int32_t>(params.auto_strips[inside_chunk ? 0 : 1][table_index])
                   : choose_segment_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), workers,
                                          Cfg::kGroups, !inside_chunk);
-      // auto: shared strips when several groups; ranges (beyond kMaxAutoStrip tiles per group) per group
-      shared = params.segment_order >= 0 ? params.segment_shared : strip >= 2;
+      // auto: strips and ranges shared by the CTA's groups (make_tile_order: when there are several)
+      shared = params.segment_order >= 0 ? params.segment_shared : true;
     }
   }
   const TileOrder order = make_tile_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), strip, workers,

@@ -65,8 +65,23 @@ constexpr int32_t kMaxRowMajorTiles16 = 4;
 // strips of 6 66.1 / 65.2 against row-major's 67.3 / 66.7.
 constexpr int32_t kMinTilesForOneMore = 10;
 
+// The rule's value for ranges, which the kernel's automatic order shares among a CTA's groups (TileOrder:
+// strip 0, shared): every CTA one contiguous range of about T / ctas tiles in column-major order, its groups
+// taking them in turn (one group per CTA: one range per group). They keep row-major's balance
+// (the busiest group holds ceil(ceil(T / ctas) / groups) = ceil(T / workers) tiles) and carry the sectors
+// inside each range. Where no strip keeps row-major's balance they ran faster than the strip with one tile
+// more and than row-major (H200 session 18, three runs, % of a copy, unaligned / 16-aligned, their gain over
+// the rule before: 8192 x 7168 +0.8 to +3.8 / +0.7 to +3.6, 8192 x 10240 +2.5 / +2.8, 16384 x 7168 +1.1 to
+// +1.6 / +0.8 to +1.5, 8192 x 18432 +2.6 / +2.8, 32768 x 7168 +2.7 / +3.6, and over row-major at 8192 x 5120,
+// 7 tiles per group, +2.8 / +7.4), but not on small shapes (8192 x 2112, 3 tiles per group: 62-64 against
+// row-major's 69-70 %), nor in place of a balanced strip (4096 x 7168, strips of 18: 1-3 points under).
+constexpr int32_t kSharedRanges = 0;
+// Shared ranges from this many tiles per group on (fewer: row-major).
+constexpr int32_t kMinTilesForSharedRanges = 6;
+
 // The tiles per worker the rule allows in its two tries (see auto_segment_strip): row-major's, then, on
-// shapes of at least kMinTilesForOneMore tiles per worker, one more.
+// shapes of at least kMinTilesForOneMore tiles per worker, one more (one group per CTA only: with several,
+// shared ranges come first).
 WGRAD_HOST_DEVICE inline int32_t strip_allowance(int32_t per_worker, int try_index) {
   return try_index == 0 ? per_worker : per_worker >= kMinTilesForOneMore ? per_worker + 1 : 0;
 }
@@ -76,21 +91,23 @@ WGRAD_HOST_DEVICE inline int32_t longest_strip(int32_t groups, int32_t allowed) 
   return groups * allowed < kMaxAutoStrip ? groups * allowed : kMaxAutoStrip;
 }
 
-// The orders the rule takes without trying strips, or -1: 0 (ranges) beyond kMaxAutoStrip tiles per
-// worker; 1 (row-major) for segments that all start on multiples of 16 bytes up to kMaxRowMajorTiles16.
+// The orders the rule takes without trying strips, or -1: 0 (ranges, shared by a CTA's groups since
+// session 18, per group before) beyond kMaxAutoStrip tiles per worker; 1 (row-major) for segments that all start on multiples of 16 bytes up to kMaxRowMajorTiles16.
 WGRAD_HOST_DEVICE inline int32_t fixed_segment_strip(int32_t per_worker, bool starts16) {
   if (per_worker > kMaxAutoStrip) return 0;
   if (starts16 && per_worker <= kMaxRowMajorTiles16) return 1;
   return -1;
 }
 
-// The rule for segments that start inside a sector (measured in docs/perf-notes.md, sessions 10, 12 and 13):
-// 0 (ranges) beyond kMaxAutoStrip tiles per worker, else the longest strip S in [kMinAutoStrip, min(groups *
-// allowed, kMaxAutoStrip)] that strip_allowed takes with allowed = row-major's busiest worker; failing that,
-// on shapes of at least kMinTilesForOneMore tiles per worker, with one tile more (16384 x 7168: strips of 18
-// leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than every balanced strip; 8192 x
-// 7168: strips of 9, 11 against 10, +10 points); failing both, 1 (row-major). starts16: every segment starts
-// on a multiple of 16 bytes of q_t (row-major up to kMaxRowMajorTiles16 tiles per worker).
+// The rule for segments that start inside a sector (measured in docs/perf-notes.md, sessions 10, 12, 13 and
+// 18): 0 (ranges, shared by a CTA's groups) beyond kMaxAutoStrip tiles per worker, else the longest strip S
+// in [kMinAutoStrip, min(groups * allowed, kMaxAutoStrip)] that strip_allowed takes with allowed =
+// row-major's busiest worker; failing that, with several groups per CTA and at least
+// kMinTilesForSharedRanges tiles per worker, kSharedRanges (0); with one group per CTA, on shapes of at least kMinTilesForOneMore tiles per worker, a strip
+// with one tile more (session 14, before shared ranges: 16384 x 7168 strips of 18 leave a group 20 tiles
+// against row-major's 19 and ran 2-5 points faster than every balanced strip; 8192 x 7168: strips of 9, 11
+// against 10, +10 points over row-major); failing all, 1 (row-major). starts16: every segment starts on a
+// multiple of 16 bytes of q_t (row-major up to kMaxRowMajorTiles16 tiles per worker).
 // One rule for the host's table and the kernel's fallback (choose_segment_order): each caller tries the
 // strips first, first + step, ... up to the longest (the host all of them, a lane of a warp every 32nd),
 // and `combine` takes the longest allowed one over the callers that share the search (the host: itself;
@@ -103,6 +120,8 @@ WGRAD_HOST_DEVICE inline int32_t segment_strip_rule(int32_t blocks_per_col, int3
   const int32_t fixed = fixed_segment_strip(per_worker, starts16);
   if (fixed >= 0) return fixed;
   for (int try_index = 0; try_index < 2; ++try_index) {
+    // (The same for every caller that shares the search: no caller leaves it alone.)
+    if (try_index == 1 && groups > 1 && per_worker >= kMinTilesForSharedRanges) return kSharedRanges;
     const int32_t allowed = strip_allowance(per_worker, try_index);
     const int32_t longest = longest_strip(groups, allowed);
     int32_t best = 1;
