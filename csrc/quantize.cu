@@ -126,8 +126,8 @@ SegmentOrderKnob segment_order_knob() {
   const bool shared = v[0] == 'c';
   long n = 0;
   TORCH_CHECK(parse_knob_int(v + (shared ? 1 : 0), &n) && n >= 1 && n <= 64,
-              "WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip length in [1, 64] (cN: shared strips), got '",
-              v, "'");
+              "WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip length in [1, 64] (cN: shared strips), "
+              "got '", v, "'");
   return {static_cast<int>(n), shared};
 }
 

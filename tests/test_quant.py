@@ -560,8 +560,9 @@ def test_gpu_segments_long_runs_of_blocks(dtype, order, monkeypatch):
     # Segments that start inside 32-byte sectors, and at least 12 tiles per consumer group: the column
     # kernel quantizes runs of consecutive row blocks (auto: strips of 39 blocks shared by a CTA's three
     # groups for bf16, of 37 blocks per group for fp32, choose_segment_order; c12: shared strips of 12;
-    # ranges: one range per group; cranges: one range per CTA, shared by its groups; 1: row-major, every edge sector shared with another worker's block and
-    # written byte-exact) and hands the sector a block ends inside on to the next block
+    # ranges: one range per group; cranges: one range per CTA, shared by its groups; 1: row-major, every
+    # edge sector shared with another worker's block and written byte-exact) and hands the sector a block
+    # ends inside on to the next block
     # (gs.carry, from group to group in shared strips; TileOrder in quantize_colwise_sm90.cuh). Segment starts at every
     # offset within a sector, segments shorter than a sector (one block inside one sector, several in a
     # row), empty ones, and a partial last column tile.
@@ -712,8 +713,8 @@ def test_gpu_colwise_grid_knob(grid, monkeypatch):
     _check_gpu_op("segments", x, False, torch.tensor([1000, 37, 0, 1958, 5], dtype=torch.int32))
 
 
-_ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip length in \\[1, 64\\] \\(cN: shared strips\\), "
-                  "got '{}'")
+_ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip length in \\[1, 64\\] "
+                  "\\(cN: shared strips\\), got '{}'")
 
 
 @sm90

@@ -127,8 +127,9 @@ struct ColwiseSm90Params {
   int segment_order;
   bool segment_shared;
   // ColwiseSegments, auto order, at most kMaxWarpSegments segments: the rule's strip (auto_segment_strip;
-  // 0: ranges, shared by the CTA's groups) for every count of used row blocks B the sizes can give, B = auto_strip_first + i, i <
-  // auto_strip_count, computed by the host once per shape, so that no CTA spends its start on the rule.
+  // 0: ranges, shared by the CTA's groups) for every count of used row blocks B the sizes can give, B =
+  // auto_strip_first + i, i < auto_strip_count, computed by the host once per shape, so that no CTA spends
+  // its start on the rule.
   // auto_strip_count 0 (or B outside, e.g. invalid sizes): the kernel chooses (choose_segment_order).
   // [0]: some segment starts inside a 16-byte chunk of q_t; [1]: all start on multiples of 16 bytes.
   int32_t auto_strip_first;
@@ -319,31 +320,29 @@ struct WarpSearchers {
   }
 };
 
-// ColwiseSegments: the order when not forced by the tuning knob (TileOrder::strip). Segments that start
-// inside a sector: the longest strip S, a multiple of the groups per CTA, that leaves no consumer group more
-// tiles than row-major does (ceil(T / W) for T tiles and W groups), so that S - 1 of every S block boundaries
-// write whole sectors; failing that, ranges (0: shared by the CTA's groups, from kMinTilesForSharedRanges
-// tiles per group; one group per CTA: on shapes of kMinTilesForOneMore or more tiles per group, a strip with
-// one more).
-// With several groups per CTA the strips are shared (TileOrder::shared): the units go to the CTAs and a CTA's
-// tiles to its groups in turn; one group per CTA (fp32): its own strips. The busiest group's tiles are
-// counted exactly (strip_busiest_worker). Strips shorter than kMinAutoStrip stay row-major, and beyond
-// kMaxAutoStrip tiles per group the order is ranges (balanced to one tile, shared by a CTA's groups, a sector
-// shared with another worker only where a range ends). Measured (`scripts/profile_quant.py order-sweep`, bf16, % of a copy, the benchmark's unaligned
-// split; docs/perf-notes.md): session 12, row-major / strips of 6 of one group (session 10's rule) / shared
-// strips of 18: 4096 x 7168 68.6 / 72.1 / 76.0-76.5, 8192 x 4096 62.4-63.0 / 65.8-66.3 / 66.7-68.7, 4096 x
-// 24576 59.3-60.4 / 74.1 (18) / 76.6-77.0; session 13 (run 5, the lean store path), shared strips of 3 / 6 /
-// 9 / 12 / 17 / 18 / 19 / 24: 4096 x 7168 73.0 / 73.2 / 75.2 / 62.9 / 70.0 / 78.5 / 76.0 / 66.7, 8192 x 4096
-// 64.0 / 67.6 / 63.2 / 62.8 / 69.8 / 72.1 / 70.0 / 65.3, 16384 x 7168 73.1 / 73.5 / 74.5 / 74.1 / 70.9 / 77.3
-// / 75.2 / 70.4, 4096 x 24576 71.9 / 73.0 / 76.8 / 70.1 / 72.2 / 77.2 / 76.4 / 71.1. 8192 x 2112 (3 tiles per
-// group) stays row-major (70.7; shared strips of 3 72.1 unaligned but 2-4 points under row-major on the
-// 16-aligned split, sessions 12 and 13; of 12, a tile per group more than row-major, 75.2 in the one run that
-// measured them, not taken). Long shared strips lose wherever they leave CTAs idle or give some a unit more
-// (strips of 12 at 4096 x 7168: 63 %, of 24: 67 %). The rule itself is auto_segment_strip (segment_order.h),
-// which the host tabulates per shape for up to kMaxWarpSegments segments (ColwiseSm90Params::auto_strips);
-// this applies the same rule (segment_strip_rule) in the kernel for the other launches (more segments, or
-// sizes that do not sum to R), for segments that start inside a sector (the others are row-major). Every
-// thread of the CTA calls it with the same arguments (whole warps: lane l tries S = l + 1, l + 33).
+// ColwiseSegments: the order when not forced by the tuning knob (TileOrder::strip). Segments that start inside a
+// sector: the longest strip S, a multiple of the groups per CTA, that leaves no consumer group more tiles than
+// row-major does (ceil(T / W) for T tiles and W groups), so that S - 1 of every S block boundaries write whole sectors;
+// failing that, ranges (0: shared by the CTA's groups, from kMinTilesForSharedRanges tiles per group; one group per
+// CTA: on shapes of kMinTilesForOneMore or more tiles per group, a strip with one more). With several groups per CTA
+// the strips are shared (TileOrder::shared): the units go to the CTAs and a CTA's tiles to its groups in turn; one
+// group per CTA (fp32): its own strips. The busiest group's tiles are counted exactly (strip_busiest_worker). Strips
+// shorter than kMinAutoStrip stay row-major, and beyond kMaxAutoStrip tiles per group the order is ranges (balanced to
+// one tile, shared by a CTA's groups, a sector shared with another worker only where a range ends). Measured
+// (`scripts/profile_quant.py order-sweep`, bf16, % of a copy, the benchmark's unaligned split; docs/perf-notes.md):
+// session 12, row-major / strips of 6 of one group (session 10's rule) / shared strips of 18: 4096 x 7168 68.6 / 72.1 /
+// 76.0-76.5, 8192 x 4096 62.4-63.0 / 65.8-66.3 / 66.7-68.7, 4096 x 24576 59.3-60.4 / 74.1 (18) / 76.6-77.0; session 13
+// (run 5, the lean store path), shared strips of 3 / 6 / 9 / 12 / 17 / 18 / 19 / 24: 4096 x 7168 73.0 / 73.2 / 75.2 /
+// 62.9 / 70.0 / 78.5 / 76.0 / 66.7, 8192 x 4096 64.0 / 67.6 / 63.2 / 62.8 / 69.8 / 72.1 / 70.0 / 65.3, 16384 x 7168
+// 73.1 / 73.5 / 74.5 / 74.1 / 70.9 / 77.3 / 75.2 / 70.4, 4096 x 24576 71.9 / 73.0 / 76.8 / 70.1 / 72.2 / 77.2 / 76.4 /
+// 71.1. 8192 x 2112 (3 tiles per group) stays row-major (70.7; shared strips of 3 72.1 unaligned but 2-4 points under
+// row-major on the 16-aligned split, sessions 12 and 13; of 12, a tile per group more than row-major, 75.2 in the one
+// run that measured them, not taken). Long shared strips lose wherever they leave CTAs idle or give some a unit more
+// (strips of 12 at 4096 x 7168: 63 %, of 24: 67 %). The rule itself is auto_segment_strip (segment_order.h), which the
+// host tabulates per shape for up to kMaxWarpSegments segments (ColwiseSm90Params::auto_strips); this applies the same
+// rule (segment_strip_rule) in the kernel for the other launches (more segments, or sizes that do not sum to R), for
+// segments that start inside a sector (the others are row-major). Every thread of the CTA calls it with the same
+// arguments (whole warps: lane l tries S = l + 1, l + 33).
 __device__ __forceinline__ int32_t choose_segment_order(int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
                                                         int32_t groups, bool starts16) {
   return segment_strip_rule(blocks_per_col, num_col_tiles, workers, groups, starts16,

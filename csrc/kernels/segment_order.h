@@ -92,7 +92,8 @@ WGRAD_HOST_DEVICE inline int32_t longest_strip(int32_t groups, int32_t allowed) 
 }
 
 // The orders the rule takes without trying strips, or -1: 0 (ranges, shared by a CTA's groups since
-// session 18, per group before) beyond kMaxAutoStrip tiles per worker; 1 (row-major) for segments that all start on multiples of 16 bytes up to kMaxRowMajorTiles16.
+// session 18, per group before) beyond kMaxAutoStrip tiles per worker; 1 (row-major) for segments that all
+// start on multiples of 16 bytes up to kMaxRowMajorTiles16.
 WGRAD_HOST_DEVICE inline int32_t fixed_segment_strip(int32_t per_worker, bool starts16) {
   if (per_worker > kMaxAutoStrip) return 0;
   if (starts16 && per_worker <= kMaxRowMajorTiles16) return 1;
@@ -103,11 +104,12 @@ WGRAD_HOST_DEVICE inline int32_t fixed_segment_strip(int32_t per_worker, bool st
 // 18): 0 (ranges, shared by a CTA's groups) beyond kMaxAutoStrip tiles per worker, else the longest strip S
 // in [kMinAutoStrip, min(groups * allowed, kMaxAutoStrip)] that strip_allowed takes with allowed =
 // row-major's busiest worker; failing that, with several groups per CTA and at least
-// kMinTilesForSharedRanges tiles per worker, kSharedRanges (0); with one group per CTA, on shapes of at least kMinTilesForOneMore tiles per worker, a strip
-// with one tile more (session 14, before shared ranges: 16384 x 7168 strips of 18 leave a group 20 tiles
-// against row-major's 19 and ran 2-5 points faster than every balanced strip; 8192 x 7168: strips of 9, 11
-// against 10, +10 points over row-major); failing all, 1 (row-major). starts16: every segment starts on a
-// multiple of 16 bytes of q_t (row-major up to kMaxRowMajorTiles16 tiles per worker).
+// kMinTilesForSharedRanges tiles per worker, kSharedRanges (0); with one group per CTA, on shapes of at
+// least kMinTilesForOneMore tiles per worker, a strip with one tile more (session 14, before shared ranges:
+// 16384 x 7168 strips of 18 leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than
+// every balanced strip; 8192 x 7168: strips of 9, 11 against 10, +10 points over row-major); failing all, 1
+// (row-major). starts16: every segment starts on a multiple of 16 bytes of q_t (row-major up to
+// kMaxRowMajorTiles16 tiles per worker).
 // One rule for the host's table and the kernel's fallback (choose_segment_order): each caller tries the
 // strips first, first + step, ... up to the longest (the host all of them, a lane of a warp every 32nd),
 // and `combine` takes the longest allowed one over the callers that share the search (the host: itself;
