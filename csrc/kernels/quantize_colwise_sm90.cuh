@@ -531,12 +531,9 @@ __device__ __forceinline__ uint4 qt_shifted_chunk_any(const Storage& smem, int c
                       make_uint4(b_in ? b.x : 0u, b_in ? b.y : 0u, b_in ? b.z : 0u, b_in ? b.w : 0u), shift);
 }
 
-// Staged byte i of column col (block row i; i >= 128: past the staging, 0).
-template <class Storage>
-__device__ __forceinline__ uint8_t qt_staged_byte(const Storage& smem, int col, int i) {
-  if (i >= 128) return 0;
-  const uint8_t* slots = reinterpret_cast<const uint8_t*>(&smem.qt[col][0]);
-  return slots[8 * ((i >> 3) ^ qt_slot_swizzle(col)) + (i & 7)];
+// Where staged byte i (block row i < 128) of column col lies among the column's 128 bytes.
+__device__ __forceinline__ int qt_staged_byte_offset(int col, int i) {
+  return 8 * (((i >> 3) & 15) ^ qt_slot_swizzle(col)) + (i & 7);
 }
 
 __device__ __forceinline__ uint4 or4(const uint4& a, const uint4& b) {
@@ -1182,11 +1179,32 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         if (jl < edge_head + edge_tail) {
           constexpr int kEdgeCols = Cfg::kTileCols / Cfg::kConsumerWarps;
           const int64_t cols_left = p.cols - tile_col - warp * kEdgeCols;
+          const int ncols = cols_left < kEdgeCols ? static_cast<int>(cols_left) : kEdgeCols;
           uint8_t* dst = p.q_t + (tile_col + warp * kEdgeCols) * p.q_t_ld + a + i;
+          // Byte i of the warp's staged columns c0 + jj: 128 bytes apart, at offset off0 (jj < 8) or off1 (the
+          // slot swizzle changes once, at c0 + 8), 0 past the staging (i >= 128). Four loads in flight per pass:
+          // a column at a time, each store waited for its load (unaligned row-major splits +1.5-2 points of a
+          // copy at 8192 x 2112 and 4096 x 7168; docs/perf-notes.md, session 19).
+          const int c0 = warp * kEdgeCols;
+          const uint8_t* src = reinterpret_cast<const uint8_t*>(&gs.qt[c0][0]);
+          const bool staged = i < Cfg::kTileRows;
+          const int off0 = qt_staged_byte_offset(c0, i);
+          const int off1 = qt_staged_byte_offset(c0 + 8, i);
+          static_assert(kEdgeCols == 16 && sizeof(gs.qt[0]) == Cfg::kTileRows, "a warp's columns: two swizzles");
+          const int64_t ld = p.q_t_ld;
 #pragma unroll 1
-          for (int jj = 0; jj < kEdgeCols && jj < cols_left; ++jj) {
-            WGRAD_QT_STORE_BYTE(dst, qt_staged_byte(gs, warp * kEdgeCols + jj, i));
-            dst += p.q_t_ld;
+          for (int j4 = 0; j4 < ncols; j4 += 4) {
+            const uint8_t* s4 = src + j4 * Cfg::kTileRows + (j4 < 8 ? off0 : off1);
+            uint32_t v = 0;  // (one word: all four loads are issued before the first store waits)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              if (staged && j4 + k < ncols) v |= static_cast<uint32_t>(s4[k * Cfg::kTileRows]) << (8 * k);
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              if (j4 + k < ncols) WGRAD_QT_STORE_BYTE(dst + k * ld, static_cast<uint8_t>(v >> (8 * k)));
+            }
+            dst += 4 * ld;
           }
         }
       }
