@@ -1182,9 +1182,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
           const int ncols = cols_left < kEdgeCols ? static_cast<int>(cols_left) : kEdgeCols;
           uint8_t* dst = p.q_t + (tile_col + warp * kEdgeCols) * p.q_t_ld + a + i;
           // Byte i of the warp's staged columns c0 + jj: 128 bytes apart, at offset off0 (jj < 8) or off1 (the
-          // slot swizzle changes once, at c0 + 8), 0 past the staging (i >= 128). Four loads in flight per pass:
-          // a column at a time, each store waited for its load (unaligned row-major splits +1.5-2 points of a
-          // copy at 8192 x 2112 and 4096 x 7168; docs/perf-notes.md, session 19).
+          // slot swizzle changes once, at c0 + 8), 0 past the staging (i >= 128). Four loads in flight per pass
+          // (one column at a time, each store waiting for its load, ran 1.5-2 points of a copy slower on the
+          // unaligned row-major splits at 8192 x 2112 and 4096 x 7168; docs/perf-notes.md, session 19).
           const int c0 = warp * kEdgeCols;
           const uint8_t* src = reinterpret_cast<const uint8_t*>(&gs.qt[c0][0]);
           const bool staged = i < Cfg::kTileRows;
