@@ -45,10 +45,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target" || true
-  export PYTHONPATH=/tmp/site
-fi
+source scripts/wheels.sh
+install_wheels /tmp/site || echo "wheel install failed"
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader

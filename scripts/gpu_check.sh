@@ -22,11 +22,8 @@ SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/wgrad-site .whl/*.whl \
-    || { note "wheel install failed"; exit 1; }
-  export PYTHONPATH="/tmp/wgrad-site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source scripts/wheels.sh
+install_wheels /tmp/wgrad-site || { note "wheel install failed"; exit 1; }
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 export PYTHONUNBUFFERED=1

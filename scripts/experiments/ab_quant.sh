@@ -6,7 +6,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target" || true
+source scripts/wheels.sh
+install_wheels /tmp/site || echo "wheel install failed"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1
 JOBS=$(( $(nproc) / 2 ))
 rm -rf /tmp/wgrad_base && mkdir -p /tmp/wgrad_base && tar -xf scripts/experiments/base.tar -C /tmp/wgrad_base
