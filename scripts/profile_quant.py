@@ -42,13 +42,30 @@ import wgrad  # noqa: F401  (loads the extension)
 from wgrad import bench_quant
 
 
+def _random_sizes(rows, groups):
+    """segments_gN: `groups` segments between sorted random cut points (seed = groups)."""
+    g = torch.Generator().manual_seed(groups)
+    cuts = torch.randint(0, rows + 1, (groups - 1,), generator=g).sort().values.tolist()
+    bounds = [0] + cuts + [rows]
+    return [bounds[i + 1] - bounds[i] for i in range(groups)]
+
+
+def _groups_of(kind):
+    """The segments of the cast KIND."""
+    if kind == "segments_one":
+        return 1
+    return int(kind[len("segments_g"):]) if kind.startswith("segments_g") else bench_quant.SEGMENTS
+
+
 def _kernel_fn(kind, x):
-    """The cast KIND (rowwise, colwise, both, segments or segmentsA) of x, as a call."""
+    """The cast KIND (rowwise, colwise, both, segments, segmentsA, segments_one or segments_gN) of x, as a call."""
     if not kind.startswith("segments"):
         op = getattr(torch.ops.wgrad, f"quantize_fp8_1x128_{kind}")
         return lambda: op(x, False)
     if kind == "segments_one":  # one segment of all R rows: Colwise's tiles through the segments kernel
         sizes_list = [x.shape[0]]
+    elif kind.startswith("segments_g"):
+        sizes_list = _random_sizes(x.shape[0], _groups_of(kind))
     else:
         align = int(kind[len("segments"):] or 1)
         sizes_list = bench_quant._segment_sizes(x.shape[0], bench_quant.SEGMENTS, align)
@@ -61,7 +78,7 @@ def _copy_fn(kind, x):
     the cast moves). Compare bandwidths: pct(...)."""
     rows, cols = x.shape
     nbytes = bench_quant._bytes("colwise_segments" if kind.startswith("segments") else kind, rows, cols,
-                                x.element_size(), bench_quant.SEGMENTS)
+                                x.element_size(), _groups_of(kind))
     copy, copy_bytes = bench_quant.reference_copy(nbytes)
     return copy, copy_bytes, nbytes
 
