@@ -131,6 +131,22 @@ SegmentOrderKnob segment_order_knob() {
   return {static_cast<int>(n), shared};
 }
 
+// Packed tiles for the segments cast (build_packed_tiles in quantize_colwise_sm90.cuh: consecutive short
+// blocks share a tile), for unpadded casts whose table fits in the kernel. Knob WGRAD_SEGMENTS_PACKED, read
+// at every call: 0 (or unset) never, 1 always, auto from kPackedMaxRowsPerSegment rows per segment or fewer
+// on average. Off by default until the packed kernel has been through the whole GPU suite and the
+// sanitizers (docs/perf-notes.md, session 21: 4096 x 7168 with 256 segments 32.9 % of a copy packed, 16.0 %
+// not; 16384 x 7168 with 64 segments 44.7 % packed, 68.3 % not).
+constexpr int64_t kPackedMaxRowsPerSegment = 64;
+bool want_packed_tiles(int64_t rows, int64_t segments) {
+  const char* v = std::getenv("WGRAD_SEGMENTS_PACKED");
+  if (v == nullptr || std::strcmp(v, "0") == 0) return false;
+  if (std::strcmp(v, "1") == 0) return true;
+  if (std::strcmp(v, "auto") == 0) return rows <= kPackedMaxRowsPerSegment * segments;
+  TORCH_CHECK(false, "WGRAD_SEGMENTS_PACKED must be 0, 1 or auto, got '", v, "'");
+  return false;
+}
+
 // CTAs of the persistent column kernel for `tiles` tiles, `groups` consumer groups per CTA. Default
 // ("full"): one per SM. "even": the fewest CTAs that give no group more tiles than the full grid does
 // (e.g. 8192 x 2112: 1088 tiles, 132 x 3 groups take at most 3 each; 121 CTAs do the same with every
@@ -203,10 +219,11 @@ void launch_rowwise(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
 
 // Column-wise, both, segments with 16-byte aligned rows: the persistent TMA kernel, one CTA per SM.
 // segments.sizes set (ColwiseSegments): every CTA builds the segment table in shared memory.
-template <QuantMode kMode, typename T>
+// kPacked (ColwiseSegments, unpadded, table in the kernel): packed tiles (build_packed_tiles).
+template <QuantMode kMode, typename T, bool kPacked = false>
 void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_blocks,
                          const quant::SegmentTableArgs& segments, int num_sms, cudaStream_t stream) {
-  using Cfg = quant::ColwiseSm90Config<T, kMode>;
+  using Cfg = quant::ColwiseSm90Config<T, kMode, kPacked>;
   quant::ColwiseSm90Params params{};
   params.q = p;
   params.num_row_blocks = row_blocks;
@@ -245,7 +262,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
                                                 CU_TENSOR_MAP_SWIZZLE_NONE);
   TORCH_CHECK(err.empty(), op, ": TMA descriptor of x: ", err);
 
-  auto kernel = &quant::quantize_fp8_1x128_colwise_sm90_kernel<T, kMode>;
+  auto kernel = &quant::quantize_fp8_1x128_colwise_sm90_kernel<T, kMode, kPacked>;
   constexpr int kStorageBytes = static_cast<int>(sizeof(typename Cfg::SharedStorage));
   static_assert(kStorageBytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
   int smem_bytes = kStorageBytes;
@@ -264,7 +281,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   // The kernel counts tiles in 32 bits (TileOrder). (x would need 2^45 elements to exceed it.)
   TORCH_CHECK(tiles < (int64_t{1} << 31), op, ": x has ", tiles, " tiles of 128 x 128, more than 2^31 - 1");
   const int64_t grid = colwise_grid(tiles, Cfg::kGroups, num_sms);
-  if constexpr (kMode == QuantMode::ColwiseSegments) {
+  if constexpr (kMode == QuantMode::ColwiseSegments && !kPacked) {
     if (params.segment_order < 0 && segments.sizes != nullptr && segments.num_segments <= quant::kMaxWarpSegments) {
       tabulate_auto_strips(params, grid, Cfg::kGroups);
     }
@@ -317,12 +334,22 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int
       // R == 0 (segments: only unused scale columns to zero) has no TMA view of x: the generic kernel.
       const bool column_kernel = vec && p.rows > 0;
       quant::SegmentTableArgs in_kernel{};  // sizes == nullptr: no table to build in the kernel
+      [[maybe_unused]] bool packed = false;
       if constexpr (kMode == QuantMode::ColwiseSegments) {
         constexpr int64_t kEntries = quant::ColwiseSm90Config<T, kMode>::kTableEntries;
-        if (column_kernel && segments.num_row_blocks + segments.num_segments <= kEntries) {
+        constexpr int64_t kPackedEntries = quant::ColwiseSm90Config<T, kMode, true>::kTableEntries;
+        const int64_t entries = segments.num_row_blocks + segments.num_segments;
+        packed = column_kernel && p.seg_pad == 0 && entries <= kPackedEntries && want_packed_tiles(p.rows, segments.num_segments);
+        if (column_kernel && entries <= kEntries) {
           in_kernel = segments;
         } else {
           workspace = build_segment_table_global(x, segments, p, stream);
+        }
+      }
+      if constexpr (kMode == QuantMode::ColwiseSegments) {
+        if (packed) {
+          launch_colwise_sm90<kMode, T, true>(op, p, row_blocks, in_kernel, num_sms, stream);
+          return;
         }
       }
       column_kernel ? launch_colwise_sm90<kMode, T>(op, p, row_blocks, in_kernel, num_sms, stream)

@@ -673,6 +673,35 @@ def test_gpu_segments_warp_table_boundary(groups, dtype):
 
 
 @sm90
+@pytest.mark.parametrize("packed", ["0", "1", "auto"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_segments_packed_tiles_knob(packed, dtype, monkeypatch):
+    # WGRAD_SEGMENTS_PACKED=1 takes packed tiles (consecutive short blocks share a tile, each starting on a
+    # 16-row box: build_packed_tiles) wherever the cast is unpadded and its table fits in the kernel, 0 (the
+    # default) one tile per block, auto packs at 64 rows per segment or fewer. The bits are the reference's
+    # either way: few and many segments, one-row and empty ones, runs of short blocks across 8-box windows,
+    # C not a multiple of 128, both scale modes, and sizes that are invalid only because their sum is off by
+    # one.
+    monkeypatch.setenv("WGRAD_SEGMENTS_PACKED", packed)
+    cases = SEGMENT_CASES + [
+        (700, [1] * 64 + [0] * 10 + [636]),
+        (3000, _random_split(3000, 100, seed=5).tolist()),
+        (5000, _random_split(5000, 40, seed=6, empty_first_inner_last=True).tolist()),
+        (2000, [17, 33, 5, 90, 31, 16, 15, 1, 200, 127, 129, 64, 48, 80, 1144]),
+    ]
+    for rows, sizes_list in cases:
+        x = _random_x(rows, 1000, dtype, seed=rows + len(sizes_list))
+        sizes = torch.tensor(sizes_list, dtype=torch.int32)
+        for ue8m0 in (False, True):
+            _check_gpu_op("segments", x, ue8m0, sizes)
+        if rows > 0:
+            bad = sizes.clone()
+            bad[-1] += 1  # sum != R
+            _, s_t = OPS.quantize_fp8_1x128_colwise_segments(x.cuda(), bad.cuda(), False)
+            assert bool((_bits(s_t) == SCALE_NAN_BITS).all())
+
+
+@sm90
 @pytest.mark.parametrize("ctas_per_sm", ["0", "1", "16"])
 def test_gpu_rowwise_grid_knob(ctas_per_sm, monkeypatch):
     # WGRAD_ROWWISE_CTAS_PER_SM changes only how the blocks are spread over CTAs, never the result.
@@ -723,6 +752,7 @@ _ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip 
     *[("WGRAD_SEGMENT_ORDER", v, "segments", _ORDER_MESSAGE.format(v))
       for v in ["yes", "0", "65", "2x", "", "c", "c0", "c65", "crange", "cranges2"]],
     ("WGRAD_COLWISE_GRID", "0", "colwise", "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '0'"),
+    ("WGRAD_SEGMENTS_PACKED", "yes", "segments", "WGRAD_SEGMENTS_PACKED must be 0, 1 or auto, got 'yes'"),
 ])
 def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypatch):
     monkeypatch.setenv(var, value)

@@ -40,7 +40,7 @@
 
 namespace wgrad::quant {
 
-template <typename T, QuantMode kMode>
+template <typename T, QuantMode kMode, bool kPackedTiles = false>
 struct ColwiseSm90Config {
   static constexpr int kTileRows = kBlock;  // one column block
   static constexpr int kTileCols = kBlock;  // one row block (Both)
@@ -72,7 +72,12 @@ struct ColwiseSm90Config {
   // RowBlock per scale column, 12 bytes each) when it fits in this many entries; larger tables are built
   // in global memory by build_segment_table_kernel first (one more launch).
   static constexpr bool kSegments = kMode == QuantMode::ColwiseSegments;
-  static constexpr int kTableEntries = !kSegments ? 1 : (sizeof(T) == 4 ? 768 : 3072);
+  // ColwiseSegments with packed tiles (kPacked): consecutive short blocks share a tile (see
+  // build_packed_tiles); the table then holds at most 2048 entries (fp32: 256), beside the tiles' first
+  // blocks and the blocks' box offsets.
+  static constexpr bool kPacked = kSegments && kPackedTiles;
+  static constexpr int kTableEntries =
+      !kSegments ? 1 : (sizeof(T) == 4 ? (kPacked ? 256 : 768) : (kPacked ? 2048 : 3072));
   // A tile is loaded as 8 boxes of 16 rows. A box wholly past the block's rows is aimed past R instead:
   // TMA zero-fills it without reading memory, and still counts its bytes. So a segment's last, partial
   // block reads at most 15 rows of the next segment, not up to 127.
@@ -107,6 +112,10 @@ struct ColwiseSm90Config {
     SegmentScanScratch<kThreads / 32> scan;
     typename Pipeline::SharedStorage pipeline[kGroups];
     typename HandoffPipeline::SharedStorage handoff[kSegments && kGroups > 1 ? kGroups : 1];
+    // (last: the other members keep their offsets in the kernels without packed tiles)
+    int32_t tile_first[kPacked ? kTableEntries + 1 : 1];  // packed: tile k = blocks [first[k], first[k + 1])
+    int32_t box_prefix[kPacked ? kTableEntries : 1];      // packed: boxes of the blocks before block b
+    int32_t warp_sums[kPacked ? kThreads / 32 : 1];       // packed: build_packed_tiles' scans
   };
 
   static_assert(kColGroups == 16 && kRowGroups == 16, "a half-warp is one tile row; a warp two row groups");
@@ -248,6 +257,7 @@ struct QuantTile {
   int64_t row_start;
   int64_t out_start;  // its first q_t column (row_start but for padded segments)
   int row_count;  // <= 0: no rows (ColwiseSegments: unused scale column, or invalid sizes)
+  int blocks;     // packed tiles: blocks (scale columns row_block, row_block + 1, ...) in the tile; else 1
 };
 
 // The order of the tiles, the same in every CTA of a launch. Tiles are dealt out as units of consecutive
@@ -452,6 +462,7 @@ __device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params,
   QuantTile t;
   t.row_block = cursor.row_block;
   t.col_tile = cursor.col_tile;
+  t.blocks = 1;
   if (kMode == QuantMode::ColwiseSegments && !colwise_tiles) {
     const RowBlock rb = table[t.row_block];
     t.row_start = rb.row_start;
@@ -464,6 +475,79 @@ __device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params,
     t.row_count = static_cast<int>(left < kBlock ? left : kBlock);
   }
   return t;
+}
+
+// Packed tiles: tile cursor.row_block of the column tile, blocks [tile_first[k], tile_first[k + 1]) of the
+// table, consecutive rows of x (and, unpadded, of q_t) from the first block's on.
+__device__ __forceinline__ QuantTile packed_quant_tile(const RowBlock* table, const int32_t* tile_first,
+                                                       const TileCursor& cursor) {
+  const int32_t b0 = tile_first[cursor.row_block], b1 = tile_first[cursor.row_block + 1];
+  const RowBlock first = table[b0], last = table[b1 - 1];
+  QuantTile t;
+  t.row_block = b0;
+  t.col_tile = cursor.col_tile;
+  t.row_start = first.row_start;
+  t.out_start = first.out_start;
+  t.row_count = last.row_start + last.row_count - first.row_start;
+  t.blocks = b1 - b0;
+  return t;
+}
+
+// Packed tiles (ColwiseSegments, kPacked): used block b takes n_b = ceil(rows_b / 16) boxes of a stage; with
+// P_b the boxes of the blocks before it, the blocks that lie inside one window of 8 boxes [8 w, 8 w + 8)
+// share a tile (at most 8 boxes: the tile starts at its first block's box), and a block across a window
+// boundary is a tile of its own. Tiles in block order: tile k = blocks [tile_first[k], tile_first[k + 1]);
+// returns the tile count (per column tile). Many short segments then cost a tile per ~128 rows instead of
+// one per block. Every thread of the CTA calls it (it synchronises them); table holds `blocks` used entries.
+template <int kThreads>
+__device__ int32_t build_packed_tiles(const RowBlock* table, int32_t blocks, int32_t* tile_first, int32_t* box_prefix,
+                                      int32_t* warp_sums) {
+  constexpr int kWarps = kThreads / 32;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int32_t per = (blocks + kThreads - 1) / kThreads;  // consecutive blocks per thread
+  const int32_t b_lo = min(tid * per, blocks), b_hi = min(b_lo + per, blocks);
+  auto boxes = [&](int32_t b) { return (table[b].row_count + 15) / 16; };
+  // The exclusive prefix over the CTA of the threads' sums: (before, total).
+  auto cta_scan = [&](int32_t local, int32_t& before, int32_t& total) {
+    int32_t incl = local;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int32_t y = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+      if (lane >= off) incl += y;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    before = incl - local;
+    total = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      const int32_t v = warp_sums[w];
+      before += w < warp ? v : 0;
+      total += v;
+    }
+  };
+  int32_t local = 0, before = 0, total = 0;
+  for (int32_t b = b_lo; b < b_hi; ++b) local += boxes(b);
+  cta_scan(local, before, total);
+  for (int32_t b = b_lo; b < b_hi; ++b) {
+    box_prefix[b] = before;
+    before += boxes(b);
+  }
+  __syncthreads();  // box_prefix complete, warp_sums read
+  auto starts_tile = [&](int32_t b) {
+    const int32_t pb = box_prefix[b];
+    if (b == 0 || (pb & 7) + boxes(b) > 8) return true;  // the first block, or across a window boundary
+    const int32_t pa = box_prefix[b - 1];
+    return (pa & 7) + boxes(b - 1) > 8 || (pa >> 3) != (pb >> 3);  // after one across, or a new window
+  };
+  local = 0;
+  for (int32_t b = b_lo; b < b_hi; ++b) local += starts_tile(b) ? 1 : 0;
+  cta_scan(local, before, total);
+  for (int32_t b = b_lo; b < b_hi; ++b) {
+    if (starts_tile(b)) tile_first[before++] = b;
+  }
+  if (tid == 0) tile_first[total] = blocks;
+  __syncthreads();  // the tiles complete, warp_sums read
+  return total;
 }
 
 // Staging slot of a column's 8-byte slot s: XOR with bits 3..6 of the column. A consumer's staging
@@ -572,11 +656,11 @@ __device__ __forceinline__ uint4 or4(const uint4& a, const uint4& b) {
 #define WGRAD_QT_STORE_RANGE(col_base, r0, d, lo, hi) store_chunk_range(col_base, r0, d, lo, hi)
 #endif
 
-template <typename T, QuantMode kMode>
-__global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
+template <typename T, QuantMode kMode, bool kPackedTiles = false>
+__global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kPackedTiles>::kThreads, 1)
     quantize_fp8_1x128_colwise_sm90_kernel(const __grid_constant__ ColwiseSm90Params params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Cfg = ColwiseSm90Config<T, kMode>;
+  using Cfg = ColwiseSm90Config<T, kMode, kPackedTiles>;
   using Pipeline = typename Cfg::Pipeline;
   constexpr bool kRow = has_rowwise(kMode);
   static_assert(has_colwise(kMode), "row-wise alone: quantize_rowwise.cuh");
@@ -674,19 +758,35 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         inside_sector = __syncthreads_or(inside_sector);
         inside_chunk = __syncthreads_or(inside_chunk);
       }
-      const int32_t table_index = blocks_per_col - params.auto_strip_first;  // the host's table, if it has B
-      strip = params.segment_order >= 0 ? params.segment_order
-              : !inside_sector          ? 1
-              : table_index >= 0 && table_index < params.auto_strip_count
-                  ? static_cast<int32_t>(params.auto_strips[inside_chunk ? 0 : 1][table_index])
-                  : choose_segment_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), workers,
-                                         Cfg::kGroups, !inside_chunk);
-      // auto: strips and ranges shared by the CTA's groups (make_tile_order: when there are several)
-      shared = params.segment_order >= 0 ? params.segment_shared : true;
+      if constexpr (!Cfg::kPacked) {  // (packed tiles: row-major, below)
+        const int32_t table_index = blocks_per_col - params.auto_strip_first;  // the host's table, if it has B
+        strip = params.segment_order >= 0 ? params.segment_order
+                : !inside_sector          ? 1
+                : table_index >= 0 && table_index < params.auto_strip_count
+                    ? static_cast<int32_t>(params.auto_strips[inside_chunk ? 0 : 1][table_index])
+                    : choose_segment_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), workers,
+                                           Cfg::kGroups, !inside_chunk);
+        // auto: strips and ranges shared by the CTA's groups (make_tile_order: when there are several)
+        shared = params.segment_order >= 0 ? params.segment_shared : true;
+      }
     }
+  }
+  [[maybe_unused]] int32_t used_blocks = blocks_per_col;
+  if constexpr (Cfg::kPacked) {  // row-major over the packed tiles (no sector is carried between tiles)
+    blocks_per_col = build_packed_tiles<Cfg::kThreads>(table, blocks_per_col, smem.tile_first, smem.box_prefix,
+                                                       smem.warp_sums);
+    strip = 1;
+    shared = false;
   }
   const TileOrder order = make_tile_order(blocks_per_col, static_cast<int32_t>(params.num_col_tiles), strip, workers,
                                           Cfg::kGroups, shared);
+  auto tile_of = [&](const TileCursor& cursor) {
+    if constexpr (Cfg::kPacked) {
+      return packed_quant_tile(table, smem.tile_first, cursor);
+    } else {
+      return quant_tile<kMode>(params, table, cursor, colwise_tiles);
+    }
+  };
   probe.mark(4);
 
   // ---------------------------------------------------------------- producer: one thread
@@ -708,7 +808,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
 #pragma unroll
         for (int g = 0; g < Cfg::kGroups; ++g) {
           if (!tiles[g].valid()) continue;  // the group has no tiles left
-          const QuantTile t = quant_tile<kMode>(params, table, tiles[g], colwise_tiles);
+          const QuantTile t = tile_of(tiles[g]);
           tiles[g].advance(order);
           more = true;
           probe.mark_once(5);
@@ -727,11 +827,27 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
 #else  // (written as before the knobs: the release SASS is the same)
 #define WGRAD_QT_BOX_ROW(r) ((r) < t.row_count ? static_cast<int32_t>(t.row_start + (r)) : static_cast<int32_t>(p.rows))
 #endif
+          if constexpr (Cfg::kPacked) {
+            // Each block's boxes one after the other from box 0 (a block starts on a box), the rest aimed past R.
+            int box = 0;
+            for (int i = 0; i < t.blocks; ++i) {
+              const RowBlock rb = table[t.row_block + i];
+              for (int r = 0; r < rb.row_count; r += Cfg::kBoxRows, ++box) {
+                cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, stage + box * Cfg::kBoxRows * Cfg::kTileCols,
+                                             col, static_cast<int32_t>(rb.row_start + r));
+              }
+            }
+            for (; box < Cfg::kBoxesPerTile; ++box) {
+              cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, stage + box * Cfg::kBoxRows * Cfg::kTileCols,
+                                           col, static_cast<int32_t>(p.rows));
+            }
+          } else {
 #pragma unroll
-          for (int b = 0; b < Cfg::kBoxesPerTile; ++b) {
-            const int r = b * Cfg::kBoxRows;
-            const int32_t row = WGRAD_QT_BOX_ROW(r);
-            cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, stage + r * Cfg::kTileCols, col, row);
+            for (int b = 0; b < Cfg::kBoxesPerTile; ++b) {
+              const int r = b * Cfg::kBoxRows;
+              const int32_t row = WGRAD_QT_BOX_ROW(r);
+              cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, stage + r * Cfg::kTileCols, col, row);
+            }
           }
           probe.mark_once(7);
           ++states[g];
@@ -769,10 +885,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     // The unused scale columns [blocks_per_col, num_row_blocks) of every column tile (all of them when
     // the sizes are invalid), dealt out to the workers in turn.
     // (32-bit: they are tiles of the launch, fewer than 2^31.)
-    const int32_t unused = static_cast<int32_t>(params.num_row_blocks) - order.blocks_per_col;
+    const int32_t used = Cfg::kPacked ? used_blocks : order.blocks_per_col;
+    const int32_t unused = static_cast<int32_t>(params.num_row_blocks) - used;
     for (int32_t v = worker_index<Cfg::kGroups>(group); v < unused * order.num_col_tiles; v += order.workers) {
       const int32_t col_tile = v / unused;
-      const int32_t row_block = order.blocks_per_col + (v - col_tile * unused);
+      const int32_t row_block = used + (v - col_tile * unused);
       if (tid_g < Cfg::kTileCols) {
         fill_empty_scale_column(p, row_block, int64_t{col_tile} * Cfg::kTileCols, table[row_block].row_count, tid_g);
       }
@@ -787,7 +904,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   TimelineProbe timeline;
   timeline.start(params, group, tid_g == 0);
   for (TileCursor cursor = first_tile<Cfg::kGroups>(order, group); cursor.valid(); cursor.advance(order)) {
-    const QuantTile t = quant_tile<kMode>(params, table, cursor, colwise_tiles);
+    const QuantTile t = tile_of(cursor);
     const int64_t tile_col = t.col_tile * Cfg::kTileCols;
 
     // ---- tile rows [8 rg, 8 rg + 8), columns [8 cc, 8 cc + 8) into registers (raw); release the stage.
@@ -801,7 +918,24 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       load8_shared_raw(s_x + (rg * Cfg::kRowsPerThread + i) * Cfg::kTileCols + cc * kColsPerThread, raw[i]);
     }
     // Rows past the block: zero-filled by TMA past R, but a segment's neighbour rows are data.
-    const int valid_rows = t.row_count - rg * Cfg::kRowsPerThread;
+    int valid_rows = t.row_count - rg * Cfg::kRowsPerThread;
+    // Packed tiles: warp w's rows are box w, of one block (or of none, past the tile's last block).
+    // packed_rows(true): the thread's valid rows; (false): its first row among the tile's q_t rows (the
+    // blocks' rows one after the other).
+    [[maybe_unused]] auto packed_rows = [&](bool valid) {
+      int box = 0, out = 0;
+      for (int i = 0; i < t.blocks; ++i) {
+        const RowBlock rb = table[t.row_block + i];
+        const int nb = (rb.row_count + Cfg::kBoxRows - 1) / Cfg::kBoxRows;
+        if (warp >= box && warp < box + nb) {
+          const int r = Cfg::kBoxRows * (warp - box) + Cfg::kRowsPerThread * (rg & 1);  // row in the block
+          return valid ? rb.row_count - r : static_cast<int>(rb.row_start - t.row_start) + r;
+        }
+        box += nb;
+      }
+      return valid ? 0 : out;
+    };
+    if constexpr (Cfg::kPacked) valid_rows = packed_rows(true);
     if (valid_rows < Cfg::kRowsPerThread) {
 #pragma unroll
       for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
@@ -909,7 +1043,29 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     pipeline.consumer_release(state);
     ++state;
     consumers_sync();  // (1) partial amaxes written
-    if (tid_g < Cfg::kTileCols) {
+    if constexpr (Cfg::kPacked) {
+      // The staging is zeroed first (the tile's rows are staged in q_t order below, a byte at a time), and
+      // 1 / scale of each block, from the maxima of its warps, replaces them (as float bits) in col_amax: it
+      // is NaN exactly when the scale is (quantize_quad's NaN test takes it instead of the scale).
+#pragma unroll
+      for (int j = 0; j < kColsPerThread; ++j) {
+        const int col = cc * kColsPerThread + j;
+        gs.qt[col][rg ^ qt_slot_swizzle(col)] = make_uint2(0u, 0u);
+      }
+      if (tid_g < Cfg::kTileCols) {
+        int box = 0;
+        for (int i = 0; i < t.blocks; ++i) {  // (block i's warps [box, box + nb): their maxima, then its scale)
+          const int nb = (table[t.row_block + i].row_count + Cfg::kBoxRows - 1) / Cfg::kBoxRows;
+          uint32_t m = 0u;
+          for (int w = box; w < box + nb; ++w) m = max(m, gs.col_amax[w][tid_g]);
+          const float scale = block_scale(amax_from_bits<T>(m), p.ue8m0);
+          if (tile_col + tid_g < p.cols) p.scales_t[(t.row_block + i) * p.scales_t_ld + tile_col + tid_g] = scale;
+          const uint32_t inv_bits = __float_as_uint(scale_reciprocal(scale));
+          for (int w = box; w < box + nb; ++w) gs.col_amax[w][tid_g] = inv_bits;
+          box += nb;
+        }
+      }
+    } else if (tid_g < Cfg::kTileCols) {
       uint32_t bits = gs.col_amax[0][tid_g];
 #pragma unroll
       for (int w = 1; w < Cfg::kConsumerWarps; ++w) bits = max(bits, gs.col_amax[w][tid_g]);
@@ -920,8 +1076,29 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
     consumers_sync();  // (2) scales ready
 
     // ---- quantize and stage: column j's 8 rows are one slot (rows past the block staged as 0, even in a
-    // NaN block: they may land in q_t's padding).
-    {
+    // NaN block: they may land in q_t's padding). Packed tiles: the valid rows' bytes at out_row on.
+    if constexpr (Cfg::kPacked) {
+      if (valid_rows > 0) {
+        const int out_row = packed_rows(false);
+        float v[Cfg::kRowsPerThread][kColsPerThread];
+#pragma unroll
+        for (int i = 0; i < Cfg::kRowsPerThread; ++i) unpack8(raw[i], v[i]);
+#pragma unroll
+        for (int j = 0; j < kColsPerThread; ++j) {
+          const int col = cc * kColsPerThread + j;
+          const float inv_scale = __uint_as_float(gs.col_amax[warp][col]);
+          const uint32_t lo = quantize_quad(v[0][j], v[1][j], v[2][j], v[3][j], inv_scale, inv_scale);
+          const uint32_t hi = quantize_quad(v[4][j], v[5][j], v[6][j], v[7][j], inv_scale, inv_scale);
+          uint8_t* dst = reinterpret_cast<uint8_t*>(&gs.qt[col][0]);
+#pragma unroll
+          for (int r = 0; r < Cfg::kRowsPerThread; ++r) {
+            if (r < valid_rows) {
+              dst[qt_staged_byte_offset(col, out_row + r)] = static_cast<uint8_t>((r < 4 ? lo : hi) >> (8 * (r & 3)));
+            }
+          }
+        }
+      }
+    } else {
       float v[Cfg::kRowsPerThread][kColsPerThread];
 #pragma unroll
       for (int i = 0; i < Cfg::kRowsPerThread; ++i) unpack8(raw[i], v[i]);
@@ -975,7 +1152,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       bool next_continues = false;
       // The sector carried into this block: the group's own gs.carry from its previous block, or with
       // shared strips the previous group's, handed over through handoff[prev_group].
-      const int prev_group = order.shared ? (group + Cfg::kGroups - 1) % Cfg::kGroups : group;
+      // (Packed tiles: row-major, nothing carried between tiles; known here, so that their kernel has no
+      // carry paths.)
+      const bool shared_units = !Cfg::kPacked && order.shared;
+      const bool strips = !Cfg::kPacked && order.strip != 1;
+      const int prev_group = shared_units ? (group + Cfg::kGroups - 1) % Cfg::kGroups : group;
       const auto& carry_in = smem.group[prev_group].carry;
       auto& carry_out = gs.carry;
       [[maybe_unused]] bool link_in = false, link_out = false;
@@ -986,8 +1167,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
       // group (ncu, H200 session 12: 13 % of the unaligned split's stall samples in that wait).
       [[maybe_unused]] bool handed_early = false;
       if constexpr (Cfg::kSegments) {
-        next_continues = order.strip != 1 && cursor.unit_continues(order) && e == a + t.row_count;
-        if (order.shared) {
+        next_continues = strips && cursor.unit_continues(order) && e == a + t.row_count;
+        if (shared_units) {
           link_in = cursor.follows_in_unit(order);
           link_out = cursor.unit_continues(order);
           if (link_out) {  // gs.carry free again: the next group has read what it was handed last time
@@ -1018,7 +1199,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         }
       }
       const bool whole_block = e - a == Cfg::kTileRows && tile_col + Cfg::kTileCols <= p.cols;
-      const bool run_mid_sector = order.strip != 1 && (a & 31) == 16;
+      const bool run_mid_sector = strips && (a & 31) == 16;
       // Whole blocks: thread tid_g takes 16-byte chunk k of columns col0 + kColStep i (8 lanes per column).
       constexpr int kColStep = Cfg::kConsumerThreads / (Cfg::kTileRows / 16);  // 32
       const int col0 = tid_g / (Cfg::kTileRows / 16);
@@ -1095,7 +1276,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
             WGRAD_QT_STORE16(d, v);
           } else {
             if (head_carry) WGRAD_QT_STORE16(d, or4(v, carry_in[col][k]));  // + the previous block's bytes
-            if (next_continues && !order.shared) {
+            if (next_continues && !shared_units) {
               // own strips: this group's next block stores the tail sector whole (its half k: this
               // block's bytes [0, o - 16 k) of it)
               carry_out[col][k] = qt_shifted_chunk_any(gs, col, 8 + k - m_off, shift);
@@ -1209,7 +1390,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
         }
       }
       if constexpr (Cfg::kSegments) {
-        if (order.shared) {
+        if (shared_units) {
           if (link_in) {  // carry_in read
             handoff_params.role = Handoff::ThreadCategory::Consumer;
             Handoff(smem.handoff[prev_group], handoff_params, cute::false_type{}).consumer_release(handoff_in);
@@ -1234,8 +1415,10 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode>::kThreads, 1)
   // consumer thread of the launch in turn (T0 from the last used table entry; invalid sizes: q_t is not
   // written).
   if constexpr (Cfg::kSegments) {
-    if (p.seg_pad > 0 && order.blocks_per_col > 0) {
-      const RowBlock last = table[order.blocks_per_col - 1];
+    // (Packed tiles: the host takes them for unpadded casts only.)
+    const int32_t used = Cfg::kPacked ? smem.tile_first[order.blocks_per_col] : order.blocks_per_col;
+    if (p.seg_pad > 0 && used > 0) {
+      const RowBlock last = table[used - 1];
       const int64_t t0 = align_up(static_cast<int64_t>(last.out_start) + last.row_count, p.seg_pad);
       const int64_t worker = worker_index<Cfg::kGroups>(group);
       q_t_zero_tail(p, 0, p.cols, t0, worker * Cfg::kConsumerThreads + tid_g,
