@@ -496,7 +496,7 @@ __device__ __forceinline__ QuantTile packed_quant_tile(const RowBlock* table, co
 // Packed tiles (ColwiseSegments, kPacked): used block b takes n_b = ceil(rows_b / 16) boxes of a stage; with
 // P_b the boxes of the blocks before it, the blocks that lie inside one window of 8 boxes [8 w, 8 w + 8)
 // share a tile (at most 8 boxes: the tile starts at its first block's box), and a block across a window
-// boundary is a tile of its own. Tiles in block order: tile k = blocks [tile_first[k], tile_first[k + 1]);
+// boundary is a tile of its own (packed_block_starts_tile in segment_order.h, tested on the host). Tiles in block order: tile k = blocks [tile_first[k], tile_first[k + 1]);
 // returns the tile count (per column tile). Many short segments then cost a tile per ~128 rows instead of
 // one per block. Every thread of the CTA calls it (it synchronises them); table holds `blocks` used entries.
 template <int kThreads>
@@ -533,11 +533,11 @@ __device__ int32_t build_packed_tiles(const RowBlock* table, int32_t blocks, int
     before += boxes(b);
   }
   __syncthreads();  // box_prefix complete, warp_sums read
-  auto starts_tile = [&](int32_t b) {
+  auto starts_tile = [&](int32_t b) {  // (packed_block_starts_tile, segment_order.h)
     const int32_t pb = box_prefix[b];
-    if (b == 0 || (pb & 7) + boxes(b) > 8) return true;  // the first block, or across a window boundary
+    if (b == 0 || packed_block_crosses_window(pb, boxes(b))) return true;
     const int32_t pa = box_prefix[b - 1];
-    return (pa & 7) + boxes(b - 1) > 8 || (pa >> 3) != (pb >> 3);  // after one across, or a new window
+    return packed_block_crosses_window(pa, boxes(b - 1)) || packed_window_changes(pa, pb);
   };
   local = 0;
   for (int32_t b = b_lo; b < b_hi; ++b) local += starts_tile(b) ? 1 : 0;

@@ -156,4 +156,25 @@ WGRAD_HOST_DEVICE constexpr SegmentBlockRange segment_block_range(int64_t rows, 
   return {ceil_div(rows, kScaleBlockK), (rows + (kScaleBlockK - 1) * segments) / kScaleBlockK};
 }
 
+// Packed tiles (build_packed_tiles in quantize_colwise_sm90.cuh): a block of `boxes` boxes of 16 rows (in
+// [1, 8]) with `prefix` boxes in the blocks before it lies across a window of kPackedWindowBoxes boxes when
+// it does not end in the window it starts in; it starts a tile when it is the first block, lies across a
+// window, follows a block that does, or starts a new window. Then a tile's blocks lie in one window from
+// its first block's box on, or it is one block: at most 8 boxes, one stage.
+// (Prefixes are >= 0: windows by shifts and masks.)
+constexpr int32_t kPackedWindowBoxes = 8;
+WGRAD_HOST_DEVICE constexpr bool packed_block_crosses_window(int32_t prefix, int32_t boxes) {
+  return (prefix & (kPackedWindowBoxes - 1)) + boxes > kPackedWindowBoxes;
+}
+WGRAD_HOST_DEVICE constexpr bool packed_window_changes(int32_t prev_prefix, int32_t prefix) {
+  return (prev_prefix >> 3) != (prefix >> 3);
+}
+// (build_packed_tiles evaluates the same terms in this order, reading the previous block only when needed.)
+WGRAD_HOST_DEVICE constexpr bool packed_block_starts_tile(bool first, int32_t prev_prefix, int32_t prev_boxes,
+                                                          int32_t prefix, int32_t boxes) {
+  return first || packed_block_crosses_window(prefix, boxes) || packed_block_crosses_window(prev_prefix, prev_boxes) ||
+         packed_window_changes(prev_prefix, prefix);
+}
+static_assert(kPackedWindowBoxes == 8, "the window of packed_block_starts_tile is 1 << 3 boxes");
+
 }  // namespace wgrad::quant

@@ -165,4 +165,66 @@ TEST(SegmentOrder, BlockRangeHoldsEverySplit) {
   }
 }
 
+// Packed tiles (build_packed_tiles): the tiles that packed_block_starts_tile cuts a column's blocks into,
+// as block counts, for blocks of `rows` rows each.
+std::vector<int32_t> packed_tiles(const std::vector<int32_t>& rows) {
+  std::vector<int32_t> tiles;
+  int32_t prefix = 0, prev_prefix = 0, prev_boxes = 0;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    const int32_t boxes = (rows[b] + 15) / 16;
+    if (wgrad::quant::packed_block_starts_tile(b == 0, prev_prefix, prev_boxes, prefix, boxes)) tiles.push_back(0);
+    ++tiles.back();
+    prev_prefix = prefix;
+    prev_boxes = boxes;
+    prefix += boxes;
+  }
+  return tiles;
+}
+
+TEST(PackedTiles, HandPickedSplits) {
+  EXPECT_EQ(packed_tiles({128, 128, 128}), (std::vector<int32_t>{1, 1, 1}));  // whole blocks: one each
+  EXPECT_EQ(packed_tiles(std::vector<int32_t>(8, 1)), (std::vector<int32_t>{8}));  // 8 one-row blocks: 8 boxes
+  EXPECT_EQ(packed_tiles(std::vector<int32_t>(9, 16)), (std::vector<int32_t>{8, 1}));
+  EXPECT_EQ(packed_tiles({100, 20}), (std::vector<int32_t>{1, 1}));  // 7 + 2 boxes: the second crosses
+  EXPECT_EQ(packed_tiles({100, 20, 16, 16}), (std::vector<int32_t>{1, 1, 2}));  // after one that crosses
+  EXPECT_EQ(packed_tiles({40, 128, 40}), (std::vector<int32_t>{1, 1, 1}));  // 3, 8 (crosses), 3 boxes
+  EXPECT_EQ(packed_tiles({48, 80, 17, 33}), (std::vector<int32_t>{2, 2}));  // 3 + 5, then 2 + 3 in the next window
+}
+
+// Every tile fits in one stage (8 boxes of 16 rows), the tiles cover the blocks in order, and there are
+// never more tiles than blocks nor more than two per window of 8 boxes the blocks span; with many short
+// segments far fewer than blocks.
+TEST(PackedTiles, TilesFitOneStageOnRandomSplits) {
+  std::mt19937 gen(21);
+  for (int trial = 0; trial < 2000; ++trial) {
+    // A column's used blocks: segments of random sizes (some short, some long), each cut into blocks of 128
+    // rows and a partial last one.
+    const int segments = std::uniform_int_distribution<int>(1, 300)(gen);
+    const int longest = std::uniform_int_distribution<int>(1, 600)(gen);
+    std::vector<int32_t> rows;
+    for (int g = 0; g < segments; ++g) {
+      int32_t size = std::uniform_int_distribution<int32_t>(0, longest)(gen);
+      for (; size > 0; size -= 128) rows.push_back(std::min<int32_t>(size, 128));
+    }
+    if (rows.empty()) continue;
+    const std::vector<int32_t> tiles = packed_tiles(rows);
+    size_t b = 0;
+    int32_t total_boxes = 0;
+    for (int32_t n : tiles) {
+      ASSERT_GE(n, 1);
+      int32_t boxes = 0;
+      for (int32_t i = 0; i < n; ++i) boxes += (rows[b + i] + 15) / 16;
+      EXPECT_LE(boxes, 8) << "trial " << trial << ": a tile of " << n << " blocks from block " << b;
+      b += n;
+      total_boxes += boxes;
+    }
+    EXPECT_EQ(b, rows.size());
+    EXPECT_LE(tiles.size(), rows.size());
+    EXPECT_LE(tiles.size(), 2 * static_cast<size_t>((total_boxes + 7) / 8));
+  }
+  std::vector<int32_t> short_blocks(256);  // 256 segments of 1-31 rows
+  for (int32_t& r : short_blocks) r = std::uniform_int_distribution<int32_t>(1, 31)(gen);
+  EXPECT_LE(packed_tiles(short_blocks).size(), short_blocks.size() / 3);
+}
+
 }  // namespace
