@@ -923,7 +923,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kPackedTiles>::kTh
     // packed_rows(true): the thread's valid rows; (false): its first row among the tile's q_t rows (the
     // blocks' rows one after the other).
     [[maybe_unused]] auto packed_rows = [&](bool valid) {
-      int box = 0, out = 0;
+      int box = 0;
       for (int i = 0; i < t.blocks; ++i) {
         const RowBlock rb = table[t.row_block + i];
         const int nb = (rb.row_count + Cfg::kBoxRows - 1) / Cfg::kBoxRows;
@@ -933,7 +933,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kPackedTiles>::kTh
         }
         box += nb;
       }
-      return valid ? 0 : out;
+      return 0;  // (a warp past the tile's last block: no rows)
     };
     if constexpr (Cfg::kPacked) valid_rows = packed_rows(true);
     if (valid_rows < Cfg::kRowsPerThread) {
