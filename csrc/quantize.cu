@@ -334,20 +334,18 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int
       // R == 0 (segments: only unused scale columns to zero) has no TMA view of x: the generic kernel.
       const bool column_kernel = vec && p.rows > 0;
       quant::SegmentTableArgs in_kernel{};  // sizes == nullptr: no table to build in the kernel
-      [[maybe_unused]] bool packed = false;
       if constexpr (kMode == QuantMode::ColwiseSegments) {
         constexpr int64_t kEntries = quant::ColwiseSm90Config<T, kMode>::kTableEntries;
         constexpr int64_t kPackedEntries = quant::ColwiseSm90Config<T, kMode, true>::kTableEntries;
+        static_assert(kPackedEntries <= kEntries, "a table that packed tiles take is built in the kernel");
         const int64_t entries = segments.num_row_blocks + segments.num_segments;
-        packed = column_kernel && p.seg_pad == 0 && entries <= kPackedEntries && want_packed_tiles(p.rows, segments.num_segments);
         if (column_kernel && entries <= kEntries) {
           in_kernel = segments;
         } else {
           workspace = build_segment_table_global(x, segments, p, stream);
         }
-      }
-      if constexpr (kMode == QuantMode::ColwiseSegments) {
-        if (packed) {
+        if (column_kernel && p.seg_pad == 0 && entries <= kPackedEntries &&
+            want_packed_tiles(p.rows, segments.num_segments)) {
           launch_colwise_sm90<kMode, T, true>(op, p, row_blocks, in_kernel, num_sms, stream);
           return;
         }

@@ -77,15 +77,17 @@ def quant_cases(dev):
                                                              pad)
     # The segments cast in shared strips and shared ranges (a CTA's consumer groups hand the sectors
     # between their blocks to each other through shared memory), forced: these inputs are too small for the
-    # kernel to choose them.
+    # kernel to choose them; and with packed tiles (off by default), also on many short segments.
     x = torch.randn(6000, 1000, device=dev, dtype=torch.bfloat16)
-    for order in ("c4", "cranges"):
-        os.environ["WGRAD_SEGMENT_ORDER"] = order
+    short = [(g * 37) % 61 for g in range(199)]
+    for var, value in (("WGRAD_SEGMENT_ORDER", "c4"), ("WGRAD_SEGMENT_ORDER", "cranges"),
+                       ("WGRAD_SEGMENTS_PACKED", "1")):
+        os.environ[var] = value
         try:
-            for sizes in ([1000, 37, 0, 2963, 5, 1995], [1008, 48, 0, 2944, 16, 1984]):
+            for sizes in ([1000, 37, 0, 2963, 5, 1995], [1008, 48, 0, 2944, 16, 1984], short + [6000 - sum(short)]):
                 wgrad.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes, dtype=torch.int32, device=dev))
         finally:
-            del os.environ["WGRAD_SEGMENT_ORDER"]
+            del os.environ[var]
 
 
 if __name__ == "__main__":

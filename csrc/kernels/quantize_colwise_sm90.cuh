@@ -82,6 +82,7 @@ struct ColwiseSm90Config {
   // TMA zero-fills it without reading memory, and still counts its bytes. So a segment's last, partial
   // block reads at most 15 rows of the next segment, not up to 127.
   static constexpr int kBoxRows = 16;
+  static_assert(kBoxRows == kPackedBoxRows, "packed tiles count the column kernel's boxes");
   static constexpr int kBoxesPerTile = kTileRows / kBoxRows;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStagesPerGroup>;  // one per consumer group
@@ -506,7 +507,7 @@ __device__ int32_t build_packed_tiles(const RowBlock* table, int32_t blocks, int
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int32_t per = (blocks + kThreads - 1) / kThreads;  // consecutive blocks per thread
   const int32_t b_lo = min(tid * per, blocks), b_hi = min(b_lo + per, blocks);
-  auto boxes = [&](int32_t b) { return (table[b].row_count + 15) / 16; };
+  auto boxes = [&](int32_t b) { return packed_block_boxes(table[b].row_count); };
   // The exclusive prefix over the CTA of the threads' sums: (before, total).
   auto cta_scan = [&](int32_t local, int32_t& before, int32_t& total) {
     int32_t incl = local;
@@ -921,12 +922,13 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kPackedTiles>::kTh
     int valid_rows = t.row_count - rg * Cfg::kRowsPerThread;
     // Packed tiles: warp w's rows are box w, of one block (or of none, past the tile's last block).
     // packed_rows(true): the thread's valid rows; (false): its first row among the tile's q_t rows (the
-    // blocks' rows one after the other).
+    // blocks' rows one after the other). Walked twice, here and at the staging, instead of keeping the second
+    // in a register through the tile (kept live, it cost the packed kernel 12 bytes of spills at 72 registers).
     [[maybe_unused]] auto packed_rows = [&](bool valid) {
       int box = 0;
       for (int i = 0; i < t.blocks; ++i) {
         const RowBlock rb = table[t.row_block + i];
-        const int nb = (rb.row_count + Cfg::kBoxRows - 1) / Cfg::kBoxRows;
+        const int nb = packed_block_boxes(rb.row_count);
         if (warp >= box && warp < box + nb) {
           const int r = Cfg::kBoxRows * (warp - box) + Cfg::kRowsPerThread * (rg & 1);  // row in the block
           return valid ? rb.row_count - r : static_cast<int>(rb.row_start - t.row_start) + r;
@@ -1055,7 +1057,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kPackedTiles>::kTh
       if (tid_g < Cfg::kTileCols) {
         int box = 0;
         for (int i = 0; i < t.blocks; ++i) {  // (block i's warps [box, box + nb): their maxima, then its scale)
-          const int nb = (table[t.row_block + i].row_count + Cfg::kBoxRows - 1) / Cfg::kBoxRows;
+          const int nb = packed_block_boxes(table[t.row_block + i].row_count);
           uint32_t m = 0u;
           for (int w = box; w < box + nb; ++w) m = max(m, gs.col_amax[w][tid_g]);
           const float scale = block_scale(amax_from_bits<T>(m), p.ue8m0);

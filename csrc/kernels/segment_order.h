@@ -163,6 +163,10 @@ WGRAD_HOST_DEVICE constexpr SegmentBlockRange segment_block_range(int64_t rows, 
 // its first block's box on, or it is one block: at most 8 boxes, one stage.
 // (Prefixes are >= 0: windows by shifts and masks.)
 constexpr int32_t kPackedWindowBoxes = 8;
+constexpr int32_t kPackedBoxRows = 16;  // the column kernel's box (ColwiseSm90Config::kBoxRows)
+WGRAD_HOST_DEVICE constexpr int32_t packed_block_boxes(int32_t rows) {  // the boxes a block of `rows` rows takes
+  return (rows + kPackedBoxRows - 1) / kPackedBoxRows;
+}
 WGRAD_HOST_DEVICE constexpr bool packed_block_crosses_window(int32_t prefix, int32_t boxes) {
   return (prefix & (kPackedWindowBoxes - 1)) + boxes > kPackedWindowBoxes;
 }

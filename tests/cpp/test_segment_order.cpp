@@ -171,7 +171,7 @@ std::vector<int32_t> packed_tiles(const std::vector<int32_t>& rows) {
   std::vector<int32_t> tiles;
   int32_t prefix = 0, prev_prefix = 0, prev_boxes = 0;
   for (size_t b = 0; b < rows.size(); ++b) {
-    const int32_t boxes = (rows[b] + 15) / 16;
+    const int32_t boxes = wgrad::quant::packed_block_boxes(rows[b]);
     if (wgrad::quant::packed_block_starts_tile(b == 0, prev_prefix, prev_boxes, prefix, boxes)) tiles.push_back(0);
     ++tiles.back();
     prev_prefix = prefix;
@@ -213,7 +213,7 @@ TEST(PackedTiles, TilesFitOneStageOnRandomSplits) {
     for (int32_t n : tiles) {
       ASSERT_GE(n, 1);
       int32_t boxes = 0;
-      for (int32_t i = 0; i < n; ++i) boxes += (rows[b + i] + 15) / 16;
+      for (int32_t i = 0; i < n; ++i) boxes += wgrad::quant::packed_block_boxes(rows[b + i]);
       EXPECT_LE(boxes, 8) << "trial " << trial << ": a tile of " << n << " blocks from block " << b;
       b += n;
       total_boxes += boxes;
