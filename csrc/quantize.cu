@@ -133,16 +133,17 @@ SegmentOrderKnob segment_order_knob() {
 
 // Packed tiles for the segments cast (build_packed_tiles in quantize_colwise_sm90.cuh: consecutive short
 // blocks share a tile), for unpadded casts whose table fits in the kernel. Knob WGRAD_SEGMENTS_PACKED, read
-// at every call: 0 (or unset) never, 1 always, auto from kPackedMaxRowsPerSegment rows per segment or fewer
-// on average. Off by default until the packed kernel has been through the whole GPU suite and the
-// sanitizers (docs/perf-notes.md, session 21: 4096 x 7168 with 256 segments 32.9 % of a copy packed, 16.0 %
-// not; 16384 x 7168 with 64 segments 44.7 % packed, 68.3 % not).
+// at every call: 0 never, 1 always, auto (or unset: the default) at kPackedMaxRowsPerSegment rows per segment
+// or fewer on average, where they were faster in every cell measured (docs/perf-notes.md, session 22, % of a
+// copy, packed / not: 4096 x 7168 with 256 segments 32.9 / 16.3, 64 segments 44.0 / 41.2; 16384 x 7168 with
+// 256 segments 43.7 / 41.8) and one tile per block is faster above (16384 x 7168 with 128 segments 42.2 /
+// 55.7).
 constexpr int64_t kPackedMaxRowsPerSegment = 64;
 bool want_packed_tiles(int64_t rows, int64_t segments) {
   const char* v = std::getenv("WGRAD_SEGMENTS_PACKED");
-  if (v == nullptr || std::strcmp(v, "0") == 0) return false;
-  if (std::strcmp(v, "1") == 0) return true;
-  if (std::strcmp(v, "auto") == 0) return rows <= kPackedMaxRowsPerSegment * segments;
+  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
+  if (v == nullptr || std::strcmp(v, "auto") == 0) return rows <= kPackedMaxRowsPerSegment * segments;
   TORCH_CHECK(false, "WGRAD_SEGMENTS_PACKED must be 0, 1 or auto, got '", v, "'");
   return false;
 }

@@ -77,7 +77,7 @@ def quant_cases(dev):
                                                              pad)
     # The segments cast in shared strips and shared ranges (a CTA's consumer groups hand the sectors
     # between their blocks to each other through shared memory), forced: these inputs are too small for the
-    # kernel to choose them; and with packed tiles (off by default), also on many short segments.
+    # kernel to choose them; and with packed tiles forced, also on many short segments.
     x = torch.randn(6000, 1000, device=dev, dtype=torch.bfloat16)
     short = [(g * 37) % 61 for g in range(199)]
     for var, value in (("WGRAD_SEGMENT_ORDER", "c4"), ("WGRAD_SEGMENT_ORDER", "cranges"),

@@ -677,8 +677,8 @@ def test_gpu_segments_warp_table_boundary(groups, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gpu_segments_packed_tiles_knob(packed, dtype, monkeypatch):
     # WGRAD_SEGMENTS_PACKED=1 takes packed tiles (consecutive short blocks share a tile, each starting on a
-    # 16-row box: build_packed_tiles) wherever the cast is unpadded and its table fits in the kernel, 0 (the
-    # default) one tile per block, auto packs at 64 rows per segment or fewer. The bits are the reference's
+    # 16-row box: build_packed_tiles) wherever the cast is unpadded and its table fits in the kernel, 0 one
+    # tile per block, auto (the default) packs at 64 rows per segment or fewer. The bits are the reference's
     # either way: few and many segments, one-row and empty ones, runs of short blocks across 8-box windows,
     # C not a multiple of 128, both scale modes, and sizes that are invalid only because their sum is off by
     # one.
