@@ -77,11 +77,12 @@ def quant_cases(dev):
                                                              pad)
     # The segments cast in shared strips and shared ranges (a CTA's consumer groups hand the sectors
     # between their blocks to each other through shared memory), forced: these inputs are too small for the
-    # kernel to choose them; and with packed tiles forced, also on many short segments.
+    # kernel to choose them; and with packed tiles forced on and off, also on many short segments (packed by
+    # default: 30 rows per segment).
     x = torch.randn(6000, 1000, device=dev, dtype=torch.bfloat16)
     short = [(g * 37) % 61 for g in range(199)]
     for var, value in (("WGRAD_SEGMENT_ORDER", "c4"), ("WGRAD_SEGMENT_ORDER", "cranges"),
-                       ("WGRAD_SEGMENTS_PACKED", "1")):
+                       ("WGRAD_SEGMENTS_PACKED", "1"), ("WGRAD_SEGMENTS_PACKED", "0")):
         os.environ[var] = value
         try:
             for sizes in ([1000, 37, 0, 2963, 5, 1995], [1008, 48, 0, 2944, 16, 1984], short + [6000 - sum(short)]):
