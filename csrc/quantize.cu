@@ -141,9 +141,9 @@ SegmentOrderKnob segment_order_knob() {
 constexpr int64_t kPackedMaxRowsPerSegment = 64;
 bool want_packed_tiles(int64_t rows, int64_t segments) {
   const char* v = std::getenv("WGRAD_SEGMENTS_PACKED");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
-  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
   if (v == nullptr || std::strcmp(v, "auto") == 0) return rows <= kPackedMaxRowsPerSegment * segments;
+  if (std::strcmp(v, "0") == 0) return false;
+  if (std::strcmp(v, "1") == 0) return true;
   TORCH_CHECK(false, "WGRAD_SEGMENTS_PACKED must be 0, 1 or auto, got '", v, "'");
   return false;
 }

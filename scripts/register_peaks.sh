@@ -14,7 +14,7 @@ tool() {  # cuobjdump / nvdisasm: on PATH, in CUDA_HOME, or from the nvidia-cuda
   python3 - "$1" <<'PY'
 import glob, site, sys
 for d in site.getsitepackages():
-    for p in glob.glob(f"{d}/nvidia/**/bin/{sys.argv[1]}", recursive=True) + glob.glob(f"{d}/**/bin/{sys.argv[1]}", recursive=True):
+    for p in glob.glob(f"{d}/**/bin/{sys.argv[1]}", recursive=True):
         print(p); sys.exit(0)
 sys.exit(1)
 PY
