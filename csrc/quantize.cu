@@ -207,6 +207,25 @@ void tabulate_auto_strips(quant::ColwiseSm90Params& params, int64_t grid, int gr
   }
 }
 
+// Whether a segments cast with block tiles takes the kernel without strips (SegmentTiles::kRowMajorBlocks: no
+// carries, handoffs or order choice compiled in), which walks them in row-major order whatever the sizes: an
+// order forced to 1 by WGRAD_SEGMENT_ORDER; one segment, or segments padded to whole 32-byte sectors (no
+// block starts inside a sector, so the automatic order is row-major); or the automatic order
+// (auto_segment_strip, the rule of the host's table and of the kernel) row-major at the typical count of
+// used blocks (typical_segment_blocks in segment_order.h) for both kinds of segment starts. (Invalid sizes
+// give no tiles, whatever the order.)
+bool row_major_segments(const quant::ColwiseSm90Params& params, int64_t rows, int64_t segments, int64_t grid,
+                        int groups) {
+  if (params.segment_order >= 0) return params.segment_order == 1;
+  if (segments == 1 || (params.q.seg_pad > 0 && params.q.seg_pad % 32 == 0)) return true;
+  // (32-bit: the launch's tiles, B times the column tiles, are fewer than 2^31.)
+  const auto blocks = static_cast<int32_t>(quant::typical_segment_blocks(rows, segments));
+  const auto col_tiles = static_cast<int32_t>(params.num_col_tiles);
+  const auto workers = static_cast<int32_t>(grid * groups);
+  return quant::auto_segment_strip(blocks, col_tiles, workers, groups, false) == 1 &&
+         quant::auto_segment_strip(blocks, col_tiles, workers, groups, true) == 1;
+}
+
 // Row-wise: one pass of every slot per CTA (8 CTAs of 256 threads resident per SM for 16-bit x), see above.
 template <typename T, bool kVec>
 void launch_rowwise(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
@@ -219,12 +238,17 @@ void launch_rowwise(const QuantizeParams& p, int num_sms, cudaStream_t stream) {
 }
 
 // Column-wise, both, segments with 16-byte aligned rows: the persistent TMA kernel, one CTA per SM.
-// segments.sizes set (ColwiseSegments): every CTA builds the segment table in shared memory.
-// kPacked (ColwiseSegments, unpadded, table in the kernel): packed tiles (build_packed_tiles).
+// segments.sizes set (ColwiseSegments): every CTA builds the segment table in shared memory; num_segments is
+// the cast's segment count G either way (ColwiseSegments; 0 otherwise).
+// kPacked (ColwiseSegments, unpadded, table in the kernel): packed tiles (build_packed_tiles). Otherwise the
+// segments cast runs block tiles, in row-major order by a kernel of its own (SegmentTiles::kRowMajorBlocks)
+// whenever the order is known to be row-major before the launch (row_major_segments).
 template <QuantMode kMode, typename T, bool kPacked = false>
 void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_blocks,
-                         const quant::SegmentTableArgs& segments, int num_sms, cudaStream_t stream) {
-  using Cfg = quant::ColwiseSm90Config<T, kMode, kPacked>;
+                         const quant::SegmentTableArgs& segments, int64_t num_segments, int num_sms,
+                         cudaStream_t stream) {
+  constexpr quant::SegmentTiles kTiles = kPacked ? quant::SegmentTiles::kPacked : quant::SegmentTiles::kBlocks;
+  using Cfg = quant::ColwiseSm90Config<T, kMode, kTiles>;
   quant::ColwiseSm90Params params{};
   params.q = p;
   params.num_row_blocks = row_blocks;
@@ -263,10 +287,27 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
                                                 CU_TENSOR_MAP_SWIZZLE_NONE);
   TORCH_CHECK(err.empty(), op, ": TMA descriptor of x: ", err);
 
-  auto kernel = &quant::quantize_fp8_1x128_colwise_sm90_kernel<T, kMode, kPacked>;
-  constexpr int kStorageBytes = static_cast<int>(sizeof(typename Cfg::SharedStorage));
-  static_assert(kStorageBytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
-  int smem_bytes = kStorageBytes;
+  // The kernel and its shared storage (the row-major segments kernel's is smaller: no handoff barriers).
+  auto kernel = &quant::quantize_fp8_1x128_colwise_sm90_kernel<T, kMode, kTiles>;
+  int smem_bytes = static_cast<int>(sizeof(typename Cfg::SharedStorage));
+  static_assert(sizeof(typename Cfg::SharedStorage) <= kSmemBudgetBytes,
+                "shared storage exceeds the budget of tile_config.h");
+  const int64_t tiles = row_blocks * params.num_col_tiles;
+  // The kernel counts tiles in 32 bits (TileOrder). (x would need 2^45 elements to exceed it.)
+  TORCH_CHECK(tiles < (int64_t{1} << 31), op, ": x has ", tiles, " tiles of 128 x 128, more than 2^31 - 1");
+  const int64_t grid = colwise_grid(tiles, Cfg::kGroups, num_sms);
+  if constexpr (kMode == QuantMode::ColwiseSegments && !kPacked) {
+    if (params.segment_order < 0 && segments.sizes != nullptr && segments.num_segments <= quant::kMaxWarpSegments) {
+      tabulate_auto_strips(params, grid, Cfg::kGroups);
+    }
+    if (row_major_segments(params, p.rows, num_segments, grid, Cfg::kGroups)) {
+      using RowMajorCfg = quant::ColwiseSm90Config<T, kMode, quant::SegmentTiles::kRowMajorBlocks>;
+      static_assert(sizeof(typename RowMajorCfg::SharedStorage) <= sizeof(typename Cfg::SharedStorage),
+                    "the row-major kernel's storage fits wherever the other's does");
+      kernel = &quant::quantize_fp8_1x128_colwise_sm90_kernel<T, kMode, quant::SegmentTiles::kRowMajorBlocks>;
+      smem_bytes = static_cast<int>(sizeof(typename RowMajorCfg::SharedStorage));
+    }
+  }
 #ifdef WGRAD_DIAG_VARIANTS
   // Measurement build only: WGRAD_QUANT_SMEM_PAD=BYTES launches with that much more (unused) shared memory,
   // to see what the L1 / shared-memory carve-out costs (docs/perf-notes.md, session 17).
@@ -278,15 +319,6 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   }
 #endif
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  const int64_t tiles = row_blocks * params.num_col_tiles;
-  // The kernel counts tiles in 32 bits (TileOrder). (x would need 2^45 elements to exceed it.)
-  TORCH_CHECK(tiles < (int64_t{1} << 31), op, ": x has ", tiles, " tiles of 128 x 128, more than 2^31 - 1");
-  const int64_t grid = colwise_grid(tiles, Cfg::kGroups, num_sms);
-  if constexpr (kMode == QuantMode::ColwiseSegments && !kPacked) {
-    if (params.segment_order < 0 && segments.sizes != nullptr && segments.num_segments <= quant::kMaxWarpSegments) {
-      tabulate_auto_strips(params, grid, Cfg::kGroups);
-    }
-  }
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem_bytes, stream>>>(params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -337,7 +369,8 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int
       quant::SegmentTableArgs in_kernel{};  // sizes == nullptr: no table to build in the kernel
       if constexpr (kMode == QuantMode::ColwiseSegments) {
         constexpr int64_t kEntries = quant::ColwiseSm90Config<T, kMode>::kTableEntries;
-        constexpr int64_t kPackedEntries = quant::ColwiseSm90Config<T, kMode, true>::kTableEntries;
+        constexpr int64_t kPackedEntries =
+            quant::ColwiseSm90Config<T, kMode, quant::SegmentTiles::kPacked>::kTableEntries;
         static_assert(kPackedEntries <= kEntries, "a table that packed tiles take is built in the kernel");
         const int64_t entries = segments.num_row_blocks + segments.num_segments;
         if (column_kernel && entries <= kEntries) {
@@ -347,11 +380,12 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int
         }
         if (column_kernel && p.seg_pad == 0 && entries <= kPackedEntries &&
             want_packed_tiles(p.rows, segments.num_segments)) {
-          launch_colwise_sm90<kMode, T, true>(op, p, row_blocks, in_kernel, num_sms, stream);
+          launch_colwise_sm90<kMode, T, true>(op, p, row_blocks, in_kernel, segments.num_segments, num_sms, stream);
           return;
         }
       }
-      column_kernel ? launch_colwise_sm90<kMode, T>(op, p, row_blocks, in_kernel, num_sms, stream)
+      column_kernel ? launch_colwise_sm90<kMode, T>(op, p, row_blocks, in_kernel, segments.num_segments, num_sms,
+                                                    stream)
                     : launch_generic<kMode, T>(p, row_blocks, col_tiles, stream);
     }
   };

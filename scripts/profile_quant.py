@@ -5,7 +5,8 @@
 KIND is rowwise, colwise, both or segments (8 uneven segments, as `python -m wgrad bench --quant`);
 segmentsA (e.g. 16, 32, 128) rounds those segment sizes down to multiples of A (the last takes the rest),
 to separate the cost of segment starts inside a 16-byte chunk, a 32-byte sector or a 128-byte line of
-q_t from the rest; segments_one is one segment of all R rows (Colwise's tiles, the segments kernel).
+q_t from the rest; segments_one is one segment of all R rows (Colwise's tiles, the segments kernel);
+segments_pad32 the uneven split padded to 32 columns of q_t per segment (the benchmark's padded cast).
 WGRAD_SEGMENT_ORDER=ranges|N forces the segments kernel's tile order.
 Without ncu it prints the median time of single calls with the L2 flushed and the % of a copy.
 
@@ -54,6 +55,8 @@ def _groups_of(kind):
     """The segments of the cast KIND."""
     if kind == "segments_one":
         return 1
+    if kind == "segments_pad32":
+        return bench_quant.SEGMENTS
     return int(kind[len("segments_g"):]) if kind.startswith("segments_g") else bench_quant.SEGMENTS
 
 
@@ -62,6 +65,10 @@ def _kernel_fn(kind, x):
     if not kind.startswith("segments"):
         op = getattr(torch.ops.wgrad, f"quantize_fp8_1x128_{kind}")
         return lambda: op(x, False)
+    if kind == "segments_pad32":  # the benchmark's unaligned split, each segment padded to 32 columns of q_t
+        sizes = torch.tensor(bench_quant._segment_sizes(x.shape[0], bench_quant.SEGMENTS), dtype=torch.int32,
+                             device="cuda")
+        return lambda: torch.ops.wgrad.quantize_fp8_1x128_colwise_segments_padded(x, sizes, 32, False)
     if kind == "segments_one":  # one segment of all R rows: Colwise's tiles through the segments kernel
         sizes_list = [x.shape[0]]
     elif kind.startswith("segments_g"):
@@ -77,8 +84,9 @@ def _copy_fn(kind, x):
     """The reference copy for the cast KIND of x (bench_quant.reference_copy): (call, bytes it moves, bytes
     the cast moves). Compare bandwidths: pct(...)."""
     rows, cols = x.shape
-    nbytes = bench_quant._bytes("colwise_segments" if kind.startswith("segments") else kind, rows, cols,
-                                x.element_size(), _groups_of(kind))
+    name = ("colwise_segments_pad32" if kind == "segments_pad32"
+            else "colwise_segments" if kind.startswith("segments") else kind)
+    nbytes = bench_quant._bytes(name, rows, cols, x.element_size(), _groups_of(kind))
     copy, copy_bytes = bench_quant.reference_copy(nbytes)
     return copy, copy_bytes, nbytes
 

@@ -583,6 +583,24 @@ def test_gpu_segments_long_runs_of_blocks(dtype, order, monkeypatch):
 
 
 @sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_segments_sector_aligned_in_the_kernel_of_any_order(dtype):
+    # The shape of the long-runs test with segment sizes that are multiples of 32 (some empty): the host's
+    # table of the automatic order has strips for this shape, so the launch takes the kernel of any order
+    # (SegmentTiles::kBlocks), and the kernel finds no segment starting inside a sector and walks row-major
+    # with its runtime order (the launches known to be row-major take SegmentTiles::kRowMajorBlocks, which
+    # the other tests at the automatic order run).
+    rows, cols = 200_000, 264
+    gen = torch.Generator().manual_seed(97)
+    cuts = (torch.randint(0, rows // 32 + 1, (23,), generator=gen).sort().values * 32).tolist()
+    bounds = [0] + cuts + [rows]
+    sizes = torch.tensor([bounds[i + 1] - bounds[i] for i in range(24)], dtype=torch.int32)
+    assert int(sizes.sum()) == rows and bool((sizes % 32 == 0).all()) and int((sizes % 128 != 0).sum()) > 10
+    x = _random_x(rows, cols, dtype, seed=99)
+    _check_gpu_op("segments", x, False, sizes)
+
+
+@sm90
 def test_gpu_segments_auto_shared_ranges():
     # 3584 x 8704 in 8 unaligned segments: 32 used blocks x 68 column tiles, 6 tiles per consumer group on an
     # H200's 132 SMs, and no strip keeps row-major's balance, so the automatic order takes shared ranges

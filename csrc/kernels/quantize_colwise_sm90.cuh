@@ -40,7 +40,17 @@
 
 namespace wgrad::quant {
 
-template <typename T, QuantMode kMode, bool kPackedTiles = false>
+// ColwiseSegments: the tiles and their order, a template argument so that each kernel holds only its own paths.
+//   kBlocks: a tile per used row block, in any order (strips, shared strips, ranges; TileOrder), with the
+//     sectors carried and handed over between consecutive blocks;
+//   kRowMajorBlocks: a tile per used row block in row-major order only (no carries, no handoffs), for any
+//     sizes: what the host launches when the shape's automatic order is row-major (row_major_segments in
+//     quantize.cu; on the same walk it ran 2-4.5 points of a copy faster than kBlocks, H200 session 23);
+//   kPacked: packed tiles (build_packed_tiles), row-major.
+// (Colwise and Both ignore it.)
+enum class SegmentTiles : int { kBlocks, kRowMajorBlocks, kPacked };
+
+template <typename T, QuantMode kMode, SegmentTiles kTiles = SegmentTiles::kBlocks>
 struct ColwiseSm90Config {
   static constexpr int kTileRows = kBlock;  // one column block
   static constexpr int kTileCols = kBlock;  // one row block (Both)
@@ -75,7 +85,10 @@ struct ColwiseSm90Config {
   // ColwiseSegments with packed tiles (kPacked): consecutive short blocks share a tile (see
   // build_packed_tiles); the table then holds at most 2048 entries (fp32: 256), beside the tiles' first
   // blocks and the blocks' box offsets.
-  static constexpr bool kPacked = kSegments && kPackedTiles;
+  static constexpr bool kPacked = kSegments && kTiles == SegmentTiles::kPacked;
+  // Block tiles in any order: the carries between consecutive blocks and, with several groups, the handoffs
+  // (kRowMajorBlocks and kPacked have neither: no strips).
+  static constexpr bool kAnyOrder = kSegments && kTiles == SegmentTiles::kBlocks;
   static constexpr int kTableEntries =
       !kSegments ? 1 : (sizeof(T) == 4 ? (kPacked ? 256 : 768) : (kPacked ? 2048 : 3072));
   // A tile is loaded as 8 boxes of 16 rows. A box wholly past the block's rows is aimed past R instead:
@@ -112,7 +125,7 @@ struct ColwiseSm90Config {
     alignas(16) RowBlock table[kTableEntries];          // ColwiseSegments: [row blocks] + [segments]
     SegmentScanScratch<kThreads / 32> scan;
     typename Pipeline::SharedStorage pipeline[kGroups];
-    typename HandoffPipeline::SharedStorage handoff[kSegments && kGroups > 1 ? kGroups : 1];
+    typename HandoffPipeline::SharedStorage handoff[kAnyOrder && kGroups > 1 ? kGroups : 1];
     // (last: the other members keep their offsets in the kernels without packed tiles)
     int32_t tile_first[kPacked ? kTableEntries + 1 : 1];  // packed: tile k = blocks [first[k], first[k + 1])
     int32_t box_prefix[kPacked ? kTableEntries : 1];      // packed: boxes of the blocks before block b
@@ -657,11 +670,11 @@ __device__ __forceinline__ uint4 or4(const uint4& a, const uint4& b) {
 #define WGRAD_QT_STORE_RANGE(col_base, r0, d, lo, hi) store_chunk_range(col_base, r0, d, lo, hi)
 #endif
 
-template <typename T, QuantMode kMode, bool kPackedTiles = false>
-__global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kPackedTiles>::kThreads, 1)
+template <typename T, QuantMode kMode, SegmentTiles kTiles = SegmentTiles::kBlocks>
+__global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads, 1)
     quantize_fp8_1x128_colwise_sm90_kernel(const __grid_constant__ ColwiseSm90Params params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Cfg = ColwiseSm90Config<T, kMode, kPackedTiles>;
+  using Cfg = ColwiseSm90Config<T, kMode, kTiles>;
   using Pipeline = typename Cfg::Pipeline;
   constexpr bool kRow = has_rowwise(kMode);
   static_assert(has_colwise(kMode), "row-wise alone: quantize_rowwise.cuh");
@@ -693,7 +706,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kPackedTiles>::kTh
   typename Handoff::Params handoff_params;
   handoff_params.producer_arv_count = Cfg::kConsumerThreads;
   handoff_params.consumer_arv_count = Cfg::kConsumerThreads;
-  if constexpr (Cfg::kSegments && Cfg::kGroups > 1) {
+  if constexpr (Cfg::kAnyOrder && Cfg::kGroups > 1) {
 #pragma unroll
     for (int g = 0; g < Cfg::kGroups; ++g) Handoff::init_barriers(smem.handoff[g], handoff_params);
   }
@@ -752,6 +765,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kPackedTiles>::kTh
       blocks_per_col = summary.used_blocks;
       if (!warp_table) {
         blocks_per_col = static_cast<int32_t>(used_row_blocks(table, params.num_row_blocks));
+      }
+      if (!warp_table && Cfg::kAnyOrder) {
         for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) {
           inside_sector |= (table[b].out_start & 31) != 0;
           inside_chunk |= (table[b].out_start & 15) != 0;
@@ -759,7 +774,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kPackedTiles>::kTh
         inside_sector = __syncthreads_or(inside_sector);
         inside_chunk = __syncthreads_or(inside_chunk);
       }
-      if constexpr (!Cfg::kPacked) {  // (packed tiles: row-major, below)
+      if constexpr (Cfg::kAnyOrder) {  // (packed tiles and kRowMajorBlocks: row-major)
         const int32_t table_index = blocks_per_col - params.auto_strip_first;  // the host's table, if it has B
         strip = params.segment_order >= 0 ? params.segment_order
                 : !inside_sector          ? 1
@@ -1156,8 +1171,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kPackedTiles>::kTh
       // shared strips the previous group's, handed over through handoff[prev_group].
       // (Packed tiles: row-major, nothing carried between tiles; known here, so that their kernel has no
       // carry paths.)
-      const bool shared_units = !Cfg::kPacked && order.shared;
-      const bool strips = !Cfg::kPacked && order.strip != 1;
+      const bool shared_units = Cfg::kAnyOrder && order.shared;
+      const bool strips = Cfg::kAnyOrder && order.strip != 1;
       const int prev_group = shared_units ? (group + Cfg::kGroups - 1) % Cfg::kGroups : group;
       const auto& carry_in = smem.group[prev_group].carry;
       auto& carry_out = gs.carry;

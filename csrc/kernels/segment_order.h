@@ -156,6 +156,20 @@ WGRAD_HOST_DEVICE constexpr SegmentBlockRange segment_block_range(int64_t rows, 
   return {ceil_div(rows, kScaleBlockK), (rows + (kScaleBlockK - 1) * segments) / kScaleBlockK};
 }
 
+// The count of used row blocks that decides which segments kernel a launch takes (the host does not read the
+// sizes): ceil(rows / 128) + G / 2, the middle of segment_block_range. B = rows / 128 + the sum over the G
+// segments of what rounding each up to whole blocks adds (each in [0, 1)), so B lies near the middle for
+// sizes that are not multiples of 128 (the benchmark's uneven split: 68 at 8192 rows in 8 segments). Where
+// the automatic order at this B is row-major (for both kinds of starts), the launch takes the kernel
+// without strips (SegmentTiles::kRowMajorBlocks; it ran 2-4.5 points of a copy faster than the kernel of any
+// order on the same row-major walk, H200 session 23) for every B, also the rarer ones for which the rule
+// would take strips: the order changes only the speed, never the bits.
+WGRAD_HOST_DEVICE constexpr int64_t typical_segment_blocks(int64_t rows, int64_t segments) {
+  const SegmentBlockRange range = segment_block_range(rows, segments);
+  const int64_t mid = range.first + segments / 2;
+  return mid < range.last ? mid : range.last;
+}
+
 // Packed tiles (build_packed_tiles in quantize_colwise_sm90.cuh): a block of `boxes` boxes of 16 rows (in
 // [1, 8]) with `prefix` boxes in the blocks before it lies across a window of kPackedWindowBoxes boxes when
 // it does not end in the window it starts in; it starts a tile when it is the first block, lies across a

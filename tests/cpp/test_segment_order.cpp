@@ -73,6 +73,25 @@ TEST(SegmentOrder, BenchmarkShapesGetTheirMeasuredStrips) {
   EXPECT_EQ(auto_segment_strip(68, 20, 396, 3, true), 1);
 }
 
+TEST(SegmentOrder, TypicalBlocksDecideTheRowMajorKernel) {
+  // The middle of the used-block range: the benchmark's uneven split in 8 segments uses 68 blocks at 8192
+  // rows and 36 at 4096 (bench_quant._segment_sizes), so 8192 x 2112 takes the row-major kernel and 4096 x
+  // 7168 the kernel of any order (strips of 18).
+  EXPECT_EQ(wgrad::quant::typical_segment_blocks(8192, 8), 68);
+  EXPECT_EQ(wgrad::quant::typical_segment_blocks(4096, 8), 36);
+  EXPECT_EQ(wgrad::quant::typical_segment_blocks(4096, 1), 32);   // one segment: the only count
+  EXPECT_EQ(wgrad::quant::typical_segment_blocks(100, 1), 1);
+  EXPECT_EQ(wgrad::quant::typical_segment_blocks(129, 2), 2);     // range [2, 2]: clipped to its end
+  for (int64_t rows : {1, 127, 128, 1000, 4097, 8192}) {
+    for (int64_t g : {1, 2, 3, 8, 32}) {
+      const auto range = wgrad::quant::segment_block_range(rows, g);
+      const int64_t b = wgrad::quant::typical_segment_blocks(rows, g);
+      EXPECT_GE(b, range.first);
+      EXPECT_LE(b, range.last);
+    }
+  }
+}
+
 TEST(SegmentOrder, BusiestWorkerFormulaMatchesTheDealing) {
   for (int32_t groups : {1, 3}) {
     for (int32_t ctas : {1, 7, 66, 132}) {
