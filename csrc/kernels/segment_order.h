@@ -57,6 +57,15 @@ WGRAD_HOST_DEVICE inline int32_t row_major_busiest_worker(int32_t blocks_per_col
 // group on, strips win for them too (4096 x 7168: 77.4 against 71.8 %).
 constexpr int32_t kMaxRowMajorTiles16 = 4;
 
+// Every split stays row-major up to this many tiles per worker: strips there are short (a CTA's groups walk
+// a few blocks each) and, since the row-major launches take a kernel without strips
+// (SegmentTiles::kRowMajorBlocks), it ran 5-10 points of a copy ahead of them (H200 session 23, % of a copy,
+// row-major / the strips the rule took before: 8192 x 1536 in the benchmark's 8 unaligned segments 71.1 /
+// 61.2 (6), in 32 random ones 63.9 / 53.6 (9); 4096 x 2112 in 16 random segments 59.7 / 49.5 (6)); at 4
+// tiles per worker strips of 12 were ahead (8192 x 2560: 70.8 against 68.7, in 16 random segments 62.5
+// against 56.9).
+constexpr int32_t kMaxRowMajorTiles = 3;
+
 // Shapes of at least this many tiles per worker may take a strip that gives the busiest worker one tile
 // more than row-major when no strip keeps row-major's balance (H200, sessions 13 and 14, unaligned /
 // 16-aligned sizes, % of a copy): 16384 x 7168 (19 per group), strips of 18 (20) 2-5 points over every
@@ -92,11 +101,11 @@ WGRAD_HOST_DEVICE inline int32_t longest_strip(int32_t groups, int32_t allowed) 
 }
 
 // The orders the rule takes without trying strips, or -1: 0 (ranges, shared by a CTA's groups since
-// session 18, per group before) beyond kMaxAutoStrip tiles per worker; 1 (row-major) for segments that all
-// start on multiples of 16 bytes up to kMaxRowMajorTiles16.
+// session 18, per group before) beyond kMaxAutoStrip tiles per worker; 1 (row-major) up to kMaxRowMajorTiles,
+// and for segments that all start on multiples of 16 bytes up to kMaxRowMajorTiles16.
 WGRAD_HOST_DEVICE inline int32_t fixed_segment_strip(int32_t per_worker, bool starts16) {
   if (per_worker > kMaxAutoStrip) return 0;
-  if (starts16 && per_worker <= kMaxRowMajorTiles16) return 1;
+  if (per_worker <= kMaxRowMajorTiles || (starts16 && per_worker <= kMaxRowMajorTiles16)) return 1;
   return -1;
 }
 
@@ -108,8 +117,8 @@ WGRAD_HOST_DEVICE inline int32_t fixed_segment_strip(int32_t per_worker, bool st
 // least kMinTilesForOneMore tiles per worker, a strip with one tile more (session 14, before shared ranges:
 // 16384 x 7168 strips of 18 leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than
 // every balanced strip; 8192 x 7168: strips of 9, 11 against 10, +10 points over row-major); failing all, 1
-// (row-major). starts16: every segment starts on a multiple of 16 bytes of q_t (row-major up to
-// kMaxRowMajorTiles16 tiles per worker).
+// (row-major). Row-major too up to kMaxRowMajorTiles tiles per worker, and for starts16 (every segment starts
+// on a multiple of 16 bytes of q_t) up to kMaxRowMajorTiles16.
 // One rule for the host's table and the kernel's fallback (choose_segment_order): each caller tries the
 // strips first, first + step, ... up to the longest (the host all of them, a lane of a warp every 32nd),
 // and `combine` takes the longest allowed one over the callers that share the search (the host: itself;
