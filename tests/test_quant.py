@@ -657,12 +657,16 @@ def _random_split(rows, groups, seed, empty_first_inner_last=False):
 
 
 @sm90
+@pytest.mark.parametrize("order", ["auto", "1"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,groups", [(4000, 300), (6000, 3000)])
-def test_gpu_segments_many_segments(rows, groups, dtype):
+def test_gpu_segments_many_segments(rows, groups, dtype, order, monkeypatch):
     # The column kernel builds the segment table in shared memory when segments + scale columns fit
     # (3072 entries for 16-bit x, 768 for fp32): 300 + 331 entries do, in two scan passes for fp32
     # (288 threads). 3000 + 3046 do not: a one-CTA kernel builds the table in global memory first.
+    # Order 1 takes the row-major kernel (SegmentTiles::kRowMajorBlocks) on the table in global memory too
+    # (auto: strips for 3000 segments; packed tiles for 300 either way).
+    monkeypatch.setenv("WGRAD_SEGMENT_ORDER", order)
     sizes = _random_split(rows, groups, seed=groups)  # many empty and tiny segments
     assert int((sizes == 0).sum()) > 0
     x = _random_x(rows, 64, dtype, seed=groups)
