@@ -55,8 +55,6 @@ def _groups_of(kind):
     """The segments of the cast KIND."""
     if kind == "segments_one":
         return 1
-    if kind == "segments_pad32":
-        return bench_quant.SEGMENTS
     return int(kind[len("segments_g"):]) if kind.startswith("segments_g") else bench_quant.SEGMENTS
 
 
