@@ -297,10 +297,13 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   TORCH_CHECK(tiles < (int64_t{1} << 31), op, ": x has ", tiles, " tiles of 128 x 128, more than 2^31 - 1");
   const int64_t grid = colwise_grid(tiles, Cfg::kGroups, num_sms);
   if constexpr (kMode == QuantMode::ColwiseSegments && !kPacked) {
-    if (params.segment_order < 0 && segments.sizes != nullptr && segments.num_segments <= quant::kMaxWarpSegments) {
+    // (The row-major kernel has no order to choose: the host's table of the automatic order is for the other.)
+    const bool row_major = row_major_segments(params, p.rows, num_segments, grid, Cfg::kGroups);
+    if (!row_major && params.segment_order < 0 && segments.sizes != nullptr &&
+        segments.num_segments <= quant::kMaxWarpSegments) {
       tabulate_auto_strips(params, grid, Cfg::kGroups);
     }
-    if (row_major_segments(params, p.rows, num_segments, grid, Cfg::kGroups)) {
+    if (row_major) {
       using RowMajorCfg = quant::ColwiseSm90Config<T, kMode, quant::SegmentTiles::kRowMajorBlocks>;
       static_assert(sizeof(typename RowMajorCfg::SharedStorage) <= sizeof(typename Cfg::SharedStorage),
                     "the row-major kernel's storage fits wherever the other's does");

@@ -763,16 +763,16 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
     if (!colwise_tiles) {  // (measurement build: kQuantDiagColwiseTiles keeps Colwise's row-major order)
       bool inside_sector = summary.inside_sector, inside_chunk = summary.inside_chunk;
       blocks_per_col = summary.used_blocks;
-      if (!warp_table) {
+      if (!warp_table) {  // (the same in every thread of the CTA)
         blocks_per_col = static_cast<int32_t>(used_row_blocks(table, params.num_row_blocks));
-      }
-      if (!warp_table && Cfg::kAnyOrder) {
-        for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) {
-          inside_sector |= (table[b].out_start & 31) != 0;
-          inside_chunk |= (table[b].out_start & 15) != 0;
+        if constexpr (Cfg::kAnyOrder) {
+          for (int32_t b = tid; b < blocks_per_col; b += Cfg::kThreads) {
+            inside_sector |= (table[b].out_start & 31) != 0;
+            inside_chunk |= (table[b].out_start & 15) != 0;
+          }
+          inside_sector = __syncthreads_or(inside_sector);
+          inside_chunk = __syncthreads_or(inside_chunk);
         }
-        inside_sector = __syncthreads_or(inside_sector);
-        inside_chunk = __syncthreads_or(inside_chunk);
       }
       if constexpr (Cfg::kAnyOrder) {  // (packed tiles and kRowMajorBlocks: row-major)
         const int32_t table_index = blocks_per_col - params.auto_strip_first;  // the host's table, if it has B
