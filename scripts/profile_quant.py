@@ -16,7 +16,9 @@ times the column casts (bf16) under every setting in ORDERS (comma-separated, de
 auto,1,2,3,4,ranges): a WGRAD_SEGMENT_ORDER value, VAR=VALUE[+VAR=VALUE...] for any knob, or default.
 For each KIND (default segments,segments16; colwise and both too, which the order knob does not change)
 and shape (default the benchmark's), in one process, the settings interleaved within each of
-SWEEP_REPS (default 3) repetitions and every call timed beside a copy of the same bytes; prints % of a copy.
+SWEEP_REPS (default 3) repetitions, each starting one setting later than the one before (use a multiple of
+the settings' count), and every call timed beside a copy of the same bytes; prints % of a copy. Compare the
+settings against a kind none of them changes (colwise): its spread is the sweep's.
 
   python3 scripts/profile_quant.py timeline KIND:R,C ... > LOG; python3 scripts/profile_quant.py timeline-summary LOG
 
@@ -112,8 +114,11 @@ def order_sweep(orders, kinds, shapes):
         for kind in kinds:
             fn, (copy, copy_bytes, nbytes) = _kernel_fn(kind, x), _copy_fn(kind, x)
             ratios = {o: [] for o in orders}
-            for _ in range(int(os.environ.get("SWEEP_REPS", "3"))):
-                for o in orders:
+            for rep in range(int(os.environ.get("SWEEP_REPS", "3"))):
+                # Each repetition starts one setting later: the same setting in the same place of every
+                # repetition measured up to 3 points apart from the others with nothing changed (Colwise, which
+                # no knob of the sweep changes, at 8192 x 2112 and 8192 x 4096; H200 session 24).
+                for o in orders[rep % len(orders):] + orders[:rep % len(orders)]:
                     env = _env_of(o)
                     os.environ.update(env)
                     ms, copy_ms = bench_quant._time_pair_ms(fn, copy, 9, flush.zero_)

@@ -2,7 +2,8 @@
 # One device call: the working tree's build against a base tree's (scripts/experiments/base.tar, `git archive
 # HEAD csrc python scripts setup.py`), built side by side; the quantization GPU tests on the working tree;
 # the segments casts' order sweep in both builds, interleaved; the quantization benchmark of the working tree.
-# Logs under $OUT. Env: AB_ORDERS (auto,1), AB_KINDS (segments,segments16), AB_SHAPES (the benchmark's).
+# Logs under $OUT. Env: AB_ORDERS (auto,1), AB_KINDS (segments,segments16), AB_SHAPES (the benchmark's), AB_ROUNDS
+# (2: new, base, new, base, ...).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
@@ -24,7 +25,7 @@ grep -E "FAILED|Error" "$OUT/pytest.log" | head -10
 ORDERS=${AB_ORDERS:-auto,1}; KINDS=${AB_KINDS:-segments,segments16}
 SHAPES=${AB_SHAPES:-8192,2112 8192,4096 4096,7168 16384,7168 4096,24576}
 t0=$(date +%s)
-for round in 1 2; do
+for round in $(seq 1 "${AB_ROUNDS:-2}"); do
   for side in new base; do
     if [ $side = new ]; then P=$NEW; else P=$BASE; fi
     echo "== $side (round $round)"
