@@ -77,17 +77,10 @@ __global__ void __launch_bounds__(256) store_kernel(uint8_t* q, int64_t ld, int 
 }
 
 int main() {
-  const int R = 8192, C = 4096;
-  uint8_t *q, *flush;
-  CK(cudaMalloc(&q, (size_t)R * C));
-  CK(cudaMalloc(&flush, 256u << 20));
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  auto time = [&](auto launch, bool flushed) {
-    return median_us(launch, 30, [&](int rep) {
-      if (flushed) CK(cudaMemsetAsync(flush, rep, 256u << 20));
-    });
-  };
+  QtStoreSetup setup;
+  const int R = QtStoreSetup::kRows, C = QtStoreSetup::kCols, sms = setup.sms;
+  uint8_t* q = setup.q;
+  auto time = [&](auto launch, bool flushed) { return setup.time_us(launch, flushed); };
   const int nc = C / 128;
   for (int flushed = 0; flushed < 2; ++flushed) {
     for (int off : {0, 16, 32, 5, 8, 21, 27}) {

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -40,3 +42,24 @@ float median_us(Launch launch, int reps, Before before) {
   std::sort(ts.begin(), ts.end());
   return ts[ts.size() / 2] * 1e3f;
 }
+
+// The q_t store probes' setting: q_t's 8192 x 4096 geometry (R x C bytes) and a 256 MB buffer whose memset
+// before a call is the benchmark's L2 flush. time_us: median of 30 calls, flushed or not.
+struct QtStoreSetup {
+  static constexpr int kRows = 8192, kCols = 4096;
+  static constexpr size_t kFlushBytes = size_t{256} << 20;
+  uint8_t* q = nullptr;
+  uint8_t* flush = nullptr;
+  int sms = 0;
+  QtStoreSetup() {
+    CK(cudaMalloc(&q, size_t{kRows} * kCols));
+    CK(cudaMalloc(&flush, kFlushBytes));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  }
+  template <class Launch>
+  float time_us(Launch launch, bool flushed) {
+    return median_us(launch, 30, [&](int rep) {
+      if (flushed) CK(cudaMemsetAsync(flush, rep, kFlushBytes));
+    });
+  }
+};
