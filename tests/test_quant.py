@@ -315,11 +315,16 @@ def test_bad_size_values_rejected_on_cpu(sizes, msg):
 
 
 def test_bench_segment_sizes():
-    # The quantization bench's segment splits: uneven, summing to R; unaligned by default (not even
-    # multiples of 16), or rounded to multiples of `align` (colwise_segments16: what the k-grouped GEMM takes).
+    # The quantization bench's segment splits: uneven, summing to R; unaligned by default (every segment but
+    # the first starts inside a 32-byte sector, as random sizes do), or rounded to multiples of `align`
+    # (colwise_segments16: what the k-grouped GEMM takes).
+    from itertools import accumulate
+
     from wgrad.bench_quant import _segment_sizes
 
     for rows in (4096, 8192, 16384):
+        starts = list(accumulate(_segment_sizes(rows, 8)))[:-1]
+        assert all(s % 32 for s in starts), (rows, starts)
         for align in (1, 16, 128):
             sizes = _segment_sizes(rows, 8, align)
             assert len(sizes) == 8 and sum(sizes) == rows and min(sizes) > 0 and len(set(sizes)) > 1
