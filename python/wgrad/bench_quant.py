@@ -130,10 +130,10 @@ def _segment_sizes(rows: int, groups: int, align: int = 1) -> List[int]:
     """Uneven segment sizes summing to rows (what MoE routing produces): R / G each, moved by fixed offsets
     of 12-95 rows (at most half of R / G), the last taking the rest. align = 1: every segment but the first
     starts inside a 32-byte sector of q_t, as random sizes almost always do (each start a multiple of 32
-    with odds 1 / 32); align > 1: each but the last rounded down to a multiple of align (the last takes the rest), e.g. 16 for
-    token counts padded the way the k-grouped GEMM takes them. (Until session 25 the offsets cancelled in
-    pairs, so that every other segment started on a multiple of 2 R / G rows: half the starts were aligned,
-    and the unaligned split ran faster than random sizes do.)"""
+    with odds 1 / 32); align > 1: each but the last rounded down to a multiple of align (the last takes the
+    rest), e.g. 16 for token counts padded the way the k-grouped GEMM takes them. (Until session 25 the
+    offsets cancelled in pairs, so that every other segment started on a multiple of 2 R / G rows: half the
+    starts were aligned, and the unaligned split ran faster than random sizes do.)"""
     offsets = [37, -58, 83, -21, 66, -95, 12]
     limit = rows // groups // 2  # (small R: offsets clipped to half a segment, no size below it)
     base = [rows // groups + max(-limit, min(limit, offsets[g % len(offsets)])) for g in range(groups - 1)]

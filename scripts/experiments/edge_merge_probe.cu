@@ -166,7 +166,9 @@ int main() {
       }
       for (int flushed = 1; flushed >= 0; --flushed) {
         std::printf("%s off=%2d per_sm=%d:", flushed ? "flushed" : "warm   ", off, per_sm);
-        for (int mode : {2, 3, 4, 5, 6}) std::printf(" mode %d %5.1f us", mode, setup.time_us([&] { launch(mode); }, flushed));
+        for (int mode : {2, 3, 4, 5, 6}) {
+          std::printf(" mode %d %5.1f us", mode, setup.time_us([&] { launch(mode); }, flushed));
+        }
         std::printf("\n");
       }
     }
