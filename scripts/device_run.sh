@@ -58,7 +58,8 @@ if [ -n "$DIAG$PROBE$QDIAG$TIMELINE" ]; then  # the measurement build, in a copy
   ( cd /tmp/wgrad_diag && MAX_JOBS=$JOBS WGRAD_DIAG_VARIANTS=1 ./scripts/build.sh > "$OUT/build_diag.log" 2>&1 \
       || echo "DIAG BUILD FAILED" ) &
 fi
-MAX_JOBS=$JOBS ./scripts/build.sh > "$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+source scripts/build_cache.sh  # (the release build reused from a carried .device_cache when its inputs match)
+build_release "$JOBS" "$OUT/build.log" || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 wait
 echo "build $(( $(date +%s) - t0 )) s"
 if [ "$TESTS" = 1 ]; then
