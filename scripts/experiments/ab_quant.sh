@@ -13,8 +13,12 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1
 JOBS=$(( $(nproc) / 2 ))
 rm -rf /tmp/wgrad_base && mkdir -p /tmp/wgrad_base && tar -xf scripts/experiments/base.tar -C /tmp/wgrad_base
 t0=$(date +%s)
-( cd /tmp/wgrad_base && PYTHONPATH=/tmp/site MAX_JOBS=$JOBS ./scripts/build.sh > "$OUT/build_base.log" 2>&1 || echo "BASE BUILD FAILED" ) &
-PYTHONPATH=/tmp/site MAX_JOBS=$JOBS ./scripts/build.sh > "$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+# (Either build is reused from a carried .device_cache of the same inputs, scripts/build_cache.sh; the working
+# tree's fresh build is handed back under $OUT/device_cache.)
+source scripts/build_cache.sh
+REPO=$PWD
+( cd /tmp/wgrad_base && build_release "$JOBS" "$OUT/build_base.log" "$REPO/.device_cache" - || echo "BASE BUILD FAILED" ) &
+build_release "$JOBS" "$OUT/build.log" || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 wait
 echo "builds $(( $(date +%s) - t0 )) s; spills: $(grep -c -E '[1-9][0-9]* bytes spill stores' "$OUT/build.log")"
 NEW=$PWD/python:/tmp/site; BASE=/tmp/wgrad_base/python:/tmp/site
