@@ -270,7 +270,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   // WGRAD_QUANT_DIAG=BITS drops part of the q_t stores (kQuantDiag* of quantize_colwise_sm90.cuh): timing only.
   if (const char* v = std::getenv("WGRAD_QUANT_DIAG")) {
     long diag = 0;
-    TORCH_CHECK(parse_knob_int(v, &diag) && diag >= 0 && diag <= 127, "WGRAD_QUANT_DIAG must be 0 to 127, got '", v, "'");
+    TORCH_CHECK(parse_knob_int(v, &diag) && diag >= 0 && diag <= 255, "WGRAD_QUANT_DIAG must be 0 to 255, got '", v, "'");
     params.diag = static_cast<int>(diag);
   }
 #endif

@@ -176,6 +176,8 @@ constexpr int kQuantDiagStartDelay = 32;     // every thread waits until 1.5 us 
                                              // start's barrier (Colwise then starts as late as the segments cast)
 constexpr int kQuantDiagColwiseTiles = 64;   // ColwiseSegments: no table, Colwise's tiles (128 rows from 128 b;
                                              // right for one segment of all R rows only)
+constexpr int kQuantDiagNoHandoffWaits = 128;  // shared strips: no group waits at the handoffs (their arrivals
+                                               // stay): what the waits cost, carried sectors wrong
 
 // Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_PROBE=1): clock64 marks of one thread at
 // fixed points of the kernel, printed at its end as cycles since the kernel's entry (docs/perf-notes.md,
@@ -1191,7 +1193,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
           if (link_out) {  // gs.carry free again: the next group has read what it was handed last time
             handoff_params.role = Handoff::ThreadCategory::Producer;
             Handoff handoff(smem.handoff[group], handoff_params, cute::false_type{});
-            handoff.producer_acquire(handoff_out);
+            if (!(qdiag & kQuantDiagNoHandoffWaits)) handoff.producer_acquire(handoff_out);
             const bool tail_inside = next_continues && (e & 31) != 0;
             handed_early = !tail_inside || (e & ~int64_t{31}) >= a;
             if (handed_early) {
@@ -1210,7 +1212,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
           head_carry = false;
           if (link_in) {
             handoff_params.role = Handoff::ThreadCategory::Consumer;
-            Handoff(smem.handoff[prev_group], handoff_params, cute::false_type{}).consumer_wait(handoff_in);
+            if (!(qdiag & kQuantDiagNoHandoffWaits)) {
+              Handoff(smem.handoff[prev_group], handoff_params, cute::false_type{}).consumer_wait(handoff_in);
+            }
             head_carry = smem.group[prev_group].carry_handed != 0;
           }
         }
