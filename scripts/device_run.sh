@@ -12,6 +12,7 @@
 # --ncu-quant: ncu (full set) of the quantization kernel KIND (scripts/profile_quant.py) on R x C, each;
 # the details of all of them in one file, ncu_quant.txt (NCU_QUANT_SASS=1: and each one's SASS with its
 # stall samples, ncu_sass_KIND_R_C.csv).
+# GPU tests: those pytest -k "gpu or cuda" selects (env PYTEST_K: another expression).
 # --orders: the segments cast's tile orders (scripts/profile_quant.py order-sweep ORDERS) on the benchmark's
 # shapes, unaligned, 16- and 32-aligned splits (env ORDER_KINDS, ORDER_SHAPES "R,C R,C ...": others).
 # --quant-diag: the same sweep in the measurement build (built as for --diag), ORDERS tokens with the
@@ -63,7 +64,7 @@ build_release "$JOBS" "$OUT/build.log" || { echo BUILD FAILED; grep -E "error" "
 wait
 echo "build $(( $(date +%s) - t0 )) s"
 if [ "$TESTS" = 1 ]; then
-  t0=$(date +%s); python3 -m pytest tests -q -x -k "gpu or cuda" > "$OUT/pytest.log" 2>&1
+  t0=$(date +%s); python3 -m pytest tests -q -x -k "${PYTEST_K:-gpu or cuda}" > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 $OUT/pytest.log)"
   grep -E "FAILED|Error|error" "$OUT/pytest.log" | head -20
 fi
