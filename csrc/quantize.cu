@@ -16,6 +16,7 @@
 #include "kernels/quantize.cuh"
 #include "kernels/quantize_colwise_sm90.cuh"
 #include "kernels/quantize_rowwise.cuh"
+#include "kernels/quantize_segments_carry.cuh"
 #include "kernels/tile_config.h"
 #include "kernels/tma_descriptor.h"
 #include "ops.h"
@@ -164,6 +165,18 @@ int64_t colwise_grid(int64_t tiles, int groups, int num_sms) {
   TORCH_CHECK(parse_knob_int(v, &n) && n >= 1, "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '",
               v, "'");
   return std::min<int64_t>(full, n);
+}
+
+// The kernel of the unpadded segments cast with 16-bit x, at most kMaxWarpSegments segments and a table of at
+// most SegmentsCarryConfig::kMaxTableEntries entries: "carry" (quantize_segments_carry.cuh: every shared
+// sector written whole) or "tma" (the persistent TMA kernel of the other casts). Knob WGRAD_SEGMENT_KERNEL,
+// read at every call; default tma.
+bool want_segments_carry() {
+  const char* v = std::getenv("WGRAD_SEGMENT_KERNEL");
+  if (v == nullptr || std::strcmp(v, "tma") == 0) return false;
+  if (std::strcmp(v, "carry") == 0) return true;
+  TORCH_CHECK(false, "WGRAD_SEGMENT_KERNEL must be carry or tma, got '", v, "'");
+  return false;
 }
 
 // The segments kernel's automatic tile order, tabulated here for every count of used row blocks B the
@@ -326,6 +339,24 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// The segments cast with carried sectors: SegmentsCarryConfig::kCtasPerSm CTAs per SM, each one contiguous
+// range of the tiles (quantize_segments_carry.cuh).
+template <typename T>
+void launch_segments_carry(const QuantizeParams& p, const quant::SegmentTableArgs& segments, int num_sms,
+                           cudaStream_t stream) {
+  using Cfg = quant::SegmentsCarryConfig;
+  auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T>;
+  const int smem_bytes = Cfg::smem_bytes(segments.num_row_blocks);
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  // (3 CTAs per SM for every table it takes, 35-59 KB each; the grid follows the occupancy all the same, so
+  // that no CTA waits for another to finish.)
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem_bytes));
+  const unsigned grid = static_cast<unsigned>(num_sms * std::max(1, std::min(per_sm, Cfg::kCtasPerSm)));
+  kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(p, segments);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // The generic tile kernel: one CTA per (row block, 128-column tile), element-wise accesses.
 template <QuantMode kMode, typename T>
 void launch_generic(const QuantizeParams& p, int64_t row_blocks, int64_t col_tiles, cudaStream_t stream) {
@@ -375,6 +406,13 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int
         constexpr int64_t kPackedEntries =
             quant::ColwiseSm90Config<T, kMode, quant::SegmentTiles::kPacked>::kTableEntries;
         static_assert(kPackedEntries <= kEntries, "a table that packed tiles take is built in the kernel");
+        if constexpr (sizeof(T) == 2) {
+          if (column_kernel && p.seg_pad == 0 && segments.num_segments <= quant::kMaxWarpSegments &&
+              segments.num_row_blocks <= quant::SegmentsCarryConfig::kMaxTableEntries && want_segments_carry()) {
+            launch_segments_carry<T>(p, segments, num_sms, stream);
+            return;
+          }
+        }
         const int64_t entries = segments.num_row_blocks + segments.num_segments;
         if (column_kernel && entries <= kEntries) {
           in_kernel = segments;

@@ -588,6 +588,38 @@ def test_gpu_segments_long_runs_of_blocks(dtype, order, monkeypatch):
 
 
 @sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows,cols,groups,seed", [
+    (200_000, 264, 32, 101),  # long ranges of consecutive blocks, a partial last column tile
+    (6000, 1000, 9, 103),     # ranges of ~2 tiles: most sectors shared between two CTAs' ranges
+    (700, 1032, 32, 107),     # more CTAs than tiles: one-tile ranges, many tiny and empty segments
+    (3001, 2048, 5, 109),     # R % 16 == 9: the last block stores q_t's zero columns [R, align16(R))
+])
+def test_gpu_segments_carry_kernel(rows, cols, groups, seed, dtype, monkeypatch):
+    # WGRAD_SEGMENT_KERNEL=carry takes the kernel of quantize_segments_carry.cuh for unpadded 16-bit casts of
+    # at most 32 segments (all of these): each CTA one range of tiles in column-major order, walked up (even
+    # CTAs) or down (odd), the sectors a range's neighbouring blocks share stored whole from its ring, those
+    # it shares with another range a byte per lane. Segment starts at every offset within a sector, segments
+    # shorter than a sector (one block inside one sector, several in a row), empty ones; both scale modes;
+    # sizes that are invalid only because their sum is off by one give NaN scales.
+    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
+    head = [5, 17, 31, 1, 16, 0, 33, 3, 2, 29, 64, 7, 0, 0, 48, 1, 129, 127, 15, 31, 1]
+    head = head[: min(len(head), groups - 2)]
+    if sum(head) > rows // 2:
+        head = [1, 0, 3]
+    sizes = torch.cat([torch.tensor(head, dtype=torch.int32),
+                       _random_split(rows - sum(head), groups - len(head), seed=seed)])
+    assert int(sizes.sum()) == rows and len(sizes) == groups <= 32
+    x = _random_x(rows, cols, dtype, seed=seed)
+    for ue8m0 in (False, True):
+        _check_gpu_op("segments", x, ue8m0, sizes)
+    bad = sizes.clone()
+    bad[-1] += 1  # sum != R
+    _, s_t = OPS.quantize_fp8_1x128_colwise_segments(x.cuda(), bad.cuda(), False)
+    assert bool((_bits(s_t) == SCALE_NAN_BITS).all())
+
+
+@sm90
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_segments_sector_aligned_in_the_kernel_of_any_order(dtype):
     # The shape of the long-runs test with segment sizes that are multiples of 32 (some empty): the host's
@@ -780,6 +812,7 @@ _ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip 
       for v in ["yes", "0", "65", "2x", "", "c", "c0", "c65", "crange", "cranges2"]],
     ("WGRAD_COLWISE_GRID", "0", "colwise", "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '0'"),
     ("WGRAD_SEGMENTS_PACKED", "yes", "segments", "WGRAD_SEGMENTS_PACKED must be 0, 1 or auto, got 'yes'"),
+    ("WGRAD_SEGMENT_KERNEL", "tmaa", "segments", "WGRAD_SEGMENT_KERNEL must be carry or tma, got 'tmaa'"),
 ])
 def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypatch):
     monkeypatch.setenv(var, value)

@@ -1,0 +1,338 @@
+// \brief The unpadded MoE segments cast with carried sectors: every 32-byte sector of q_t that two blocks
+// share is written once, whole, by the worker that holds both parts (docs/perf-notes.md, session 28).
+//
+// Why: a sector written in two parts by two workers costs the L2 more than a whole sector does. A kernel
+// that only moves the cast's bytes (scripts/experiments/pattern_copy_probe.cu, no arithmetic) ran at 50-69 %
+// of a copy when every block writes its own bytes of its two edge sectors, at 80-87 % when every shared
+// sector is written once and whole, in this kernel's order; the TMA kernel's unaligned segments cast ran
+// at 64-74 %.
+// Status: opt-in (WGRAD_SEGMENT_KERNEL=carry in quantize.cu). On the H200 it beats the TMA kernel on the
+// unaligned cast at 8192 x 4096 and 16384 x 7168 (67.6-68.3 / 76.1-77.8 % of a copy against 64.9-65.8 /
+// 73.1-73.2) and trails it where R = 4096 (more partial blocks per column) and on one segment at the small
+// shapes (docs/perf-notes.md, session 28).
+//
+// Structure: a plain (not warp-specialized) persistent kernel, kCtasPerSm CTAs of 256 threads per SM, each
+// CTA one contiguous range of the tiles in column-major order (tile = one block of <= 128 rows of one
+// segment x 128 columns of x; the tiles of one column tile follow each other along R). Per tile:
+//   1. 16-byte loads into registers: thread (m, pg) = (tid % 16, tid / 16) holds columns 8 m .. 8 m + 7 of
+//      8 rows of the block, chosen so that their bytes make one aligned 8-byte group of q_t
+//      (carry_block_row; issued during the tile before);
+//   2. column maxima: in registers over the thread's 8 rows, a shuffle, then 8 warps through shared memory;
+//      128 threads turn them into the block's scales (the numerics of quantize_numerics.cuh);
+//   3. quantize, transpose 8 x 8 bytes in registers (each column's 8 rows become 8 bytes of a q_t row) and
+//      write them into a ring of 256 bytes per q_t row, indexed by the absolute q_t column mod 256;
+//   4. store what is complete: every sector of q_t in [S, E) whole from the ring, where [S, E) runs from
+//      what the range has written so far to the last sector the tile completes. The bytes of a sector the
+//      next tile of the range shares stay in the ring and are stored whole with it.
+// A range's first and last tiles share a sector with another CTA's range: those bytes are stored a byte per
+// lane (the only partial sectors). Even CTAs walk their range up, odd ones down, so the two parts of such a
+// sector are written at about the same time (both at the start or both at the end of the launch): parts
+// written far apart cost much more (docs/perf-notes.md, session 25, run 7).
+#pragma once
+
+#include <cstdint>
+
+#include "layout.h"
+#include "quantize.cuh"
+#include "quantize_numerics.cuh"
+
+namespace wgrad::quant {
+
+struct SegmentsCarryConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kCtasPerSm = 3;          // 3 x 256 threads: up to 85 registers each (4 at 64
+                                                // registers spilled 160 bytes and ran 2-25 points slower)
+  static constexpr int kTileCols = kBlock;      // columns of x = rows of q_t per tile
+  static constexpr int kRowsPerThread = 8;      // rows of x per thread: 8 bytes of a q_t row
+  static constexpr int kRingBytes = 256;        // per q_t row: a tile's 128 bytes plus <= 31 carried
+  static constexpr int kRingWords = kRingBytes / 4;
+  static constexpr int kMaxTableEntries = 2048; // scale columns (row blocks) whose table fits in shared memory
+  // Shared memory: the ring, the per-warp column maxima, the scales and their reciprocals, the table.
+  static constexpr int kRingSmem = kTileCols * kRingBytes;               // 32 KB
+  static constexpr int kMaximaSmem = kWarps * (kTileCols / 2) * 4;       // 2 KB: column pairs per warp
+  static constexpr int kScaleSmem = 2 * kTileCols * 4;                   // 1 KB
+  static constexpr int kTableOffset = kRingSmem + kMaximaSmem + kScaleSmem;
+  static constexpr int smem_bytes(int64_t table_entries) {
+    return kTableOffset + static_cast<int>(table_entries) * static_cast<int>(sizeof(RowBlock));
+  }
+};
+static_assert(SegmentsCarryConfig::kThreads == 16 * (SegmentsCarryConfig::kTileCols / 8),
+              "16 row groups of 8 rows x 16 column groups of 8 columns");
+
+// Word index in the ring of q_t column `pos` (absolute) of ring row `row`. Words are XOR-swizzled in
+// units of 4 (a 16-byte chunk stays one aligned chunk) by the row's group of 8, so the 16 lanes of a
+// half-warp, which write rows 8 m + j (m = 0 .. 15), spread over 8 banks instead of one.
+__device__ __forceinline__ int carry_ring_word(int row, int64_t pos) {
+  const int word = static_cast<int>(pos >> 2) & (SegmentsCarryConfig::kRingWords - 1);
+  return row * SegmentsCarryConfig::kRingWords + (word ^ (((row >> 3) & 15) << 2));
+}
+
+// 4 x 4 byte transpose: byte i of out[j] = byte j of in[i].
+__device__ __forceinline__ void transpose4x4_bytes(uint32_t i0, uint32_t i1, uint32_t i2, uint32_t i3, uint32_t& o0,
+                                                   uint32_t& o1, uint32_t& o2, uint32_t& o3) {
+  const uint32_t t0 = __byte_perm(i0, i1, 0x5140), t1 = __byte_perm(i0, i1, 0x7362);
+  const uint32_t t2 = __byte_perm(i2, i3, 0x5140), t3 = __byte_perm(i2, i3, 0x7362);
+  o0 = __byte_perm(t0, t2, 0x5410);
+  o1 = __byte_perm(t0, t2, 0x7632);
+  o2 = __byte_perm(t1, t3, 0x5410);
+  o3 = __byte_perm(t1, t3, 0x7632);
+}
+
+// The rows of a block a thread holds, so that their bytes fill whole 8-byte groups of q_t (aligned ring
+// stores): with the block starting `shift` = out_start % 8 bytes into a group, row group pg >= 1 holds rows
+// 8 pg - shift + i (i < 8: group pg of the block's groups), row group 0 the block's first 8 - shift rows
+// (bytes [shift, 8) of group 0) and its last `shift` rows (bytes [0, shift) of group 16). Byte i of a
+// thread's group is row carry_block_row(pg, i, shift).
+__device__ __forceinline__ int carry_block_row(int pg, int i, int shift) {
+  return pg > 0 ? 8 * pg - shift + i : (i >= shift ? i - shift : kBlock - shift + i);
+}
+
+// Bytes [from, 16) of a chunk set to zero (from < 16; from <= 0: all).
+__device__ __forceinline__ uint4 zero_from(uint4 v, int from) {
+  uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int keep = from - 4 * k;  // bytes of word k to keep
+    w[k] = keep >= 4 ? w[k] : keep <= 0 ? 0u : w[k] & ((1u << (8 * keep)) - 1u);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The tile a CTA's walk takes at step `idx` of its range [first, last): up (even CTAs) or down.
+struct CarryTile {
+  int32_t b;  // row block (scale column), < used blocks
+  int32_t c;  // column tile
+};
+
+template <typename T>
+__global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryConfig::kCtasPerSm)
+    quantize_fp8_1x128_segments_carry_kernel(const QuantizeParams p, const SegmentTableArgs seg_args) {
+  static_assert(sizeof(T) == 2, "16-bit x: one 16-byte load per 8 columns");
+  using Cfg = SegmentsCarryConfig;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint32_t* ring = reinterpret_cast<uint32_t*>(smem);
+  uint32_t* maxima = reinterpret_cast<uint32_t*>(smem + Cfg::kRingSmem);  // [warp][column pair]
+  float* s_scale = reinterpret_cast<float*>(smem + Cfg::kRingSmem + Cfg::kMaximaSmem);
+  float* s_inv = s_scale + Cfg::kTileCols;
+  RowBlock* table = reinterpret_cast<RowBlock*>(smem + Cfg::kTableOffset);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int m = tid & 15, pg = tid >> 4;  // column group (8 columns), row group (8 rows)
+  const SegmentSummary summary = build_segment_table_warps(seg_args, table, warp, Cfg::kWarps);
+  __syncthreads();
+
+  const int64_t cols = p.cols, ldq = p.q_t_ld;
+  const int32_t used = summary.used_blocks;
+  const int32_t col_tiles = static_cast<int32_t>(ceil_div(cols, Cfg::kTileCols));
+
+  // Scale columns without rows: 0 after the used blocks, NaN everywhere for invalid sizes.
+  {
+    const float fill = used > 0 ? 0.0f : __uint_as_float(kScaleNanBits);
+    const int64_t empty = (seg_args.num_row_blocks - used) * cols;
+    for (int64_t i = int64_t{blockIdx.x} * Cfg::kThreads + tid; i < empty; i += int64_t{gridDim.x} * Cfg::kThreads) {
+      p.scales_t[(used + i / cols) * p.scales_t_ld + i % cols] = fill;
+    }
+  }
+  const int64_t tiles = int64_t{used} * col_tiles;
+  const int64_t first = tiles * blockIdx.x / gridDim.x, last = tiles * (blockIdx.x + 1) / gridDim.x;
+  if (first >= last) return;
+  const bool up = (blockIdx.x & 1) == 0;
+  auto tile_at = [&](int64_t idx) {
+    const int64_t t = up ? first + idx : last - 1 - idx;
+    return CarryTile{static_cast<int32_t>(t % used), static_cast<int32_t>(t / used)};
+  };
+  const int64_t count = last - first;
+  const T* x = static_cast<const T*>(p.x);
+
+  uint4 raw[Cfg::kRowsPerThread];
+  auto issue_loads = [&](const CarryTile& tile) {
+    const RowBlock blk = table[tile.b];
+    const int64_t col = int64_t{tile.c} * Cfg::kTileCols + 8 * m;
+    const int shift = blk.out_start & 7;
+#pragma unroll
+    for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
+      const int r = carry_block_row(pg, i, shift);
+      raw[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (r < blk.row_count && col < cols) {
+        raw[i] = __ldg(reinterpret_cast<const uint4*>(x + (int64_t{blk.row_start} + r) * cols + col));
+      }
+    }
+  };
+  issue_loads(tile_at(0));
+
+  // What the range has stored of q_t's columns in the current run of contiguous tiles: up, every column
+  // before `done`; down, every column from `done` on.
+  int64_t done = 0;
+  for (int64_t idx = 0; idx < count; ++idx) {
+    const CarryTile tile = tile_at(idx);
+    const RowBlock blk = table[tile.b];
+    const int64_t a = blk.out_start, e = a + blk.row_count;
+    // The tiles before and after this one in the walk: contiguous in q_t when they are the neighbouring
+    // blocks of the same column tile.
+    auto contiguous = [&](int64_t j) {
+      if (j < 0 || j >= count) return false;
+      const CarryTile o = tile_at(j);
+      if (o.c != tile.c) return false;
+      const RowBlock ob = table[o.b];
+      return up == (j < idx) ? int64_t{ob.out_start} + ob.row_count == a : e == int64_t{ob.out_start};
+    };
+    const bool carried_in = contiguous(idx - 1), carry_out = contiguous(idx + 1);
+
+    // 2. Column maxima of |x| as bits, two columns per word (16-bit types).
+    uint32_t mx[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
+      mx[0] = __vmaxu2(mx[0], raw[i].x & 0x7FFF7FFFu);
+      mx[1] = __vmaxu2(mx[1], raw[i].y & 0x7FFF7FFFu);
+      mx[2] = __vmaxu2(mx[2], raw[i].z & 0x7FFF7FFFu);
+      mx[3] = __vmaxu2(mx[3], raw[i].w & 0x7FFF7FFFu);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mx[k] = __vmaxu2(mx[k], __shfl_xor_sync(0xFFFFFFFFu, mx[k], 16));
+    if (lane < 16) reinterpret_cast<uint4*>(maxima)[warp * 16 + m] = make_uint4(mx[0], mx[1], mx[2], mx[3]);
+    __syncthreads();
+    if (tid < Cfg::kTileCols) {
+      uint32_t bits = 0u;
+#pragma unroll
+      for (int w = 0; w < Cfg::kWarps; ++w) bits = __vmaxu2(bits, maxima[w * (Cfg::kTileCols / 2) + (tid >> 1)]);
+      bits = (tid & 1) ? bits >> 16 : bits & 0xFFFFu;
+      const float scale = block_scale(amax_from_bits<T>(bits), p.ue8m0);
+      s_scale[tid] = scale;
+      s_inv[tid] = scale_reciprocal(scale);
+      const int64_t col = int64_t{tile.c} * Cfg::kTileCols + tid;
+      if (col < cols) p.scales_t[int64_t{tile.b} * p.scales_t_ld + col] = scale;
+    }
+    __syncthreads();
+
+    // 3. Quantize (per column scale), transpose, into the ring.
+    {
+      float inv[8];
+      uint32_t nan_lo = 0u, nan_hi = 0u;  // 0xFF in the bytes of columns whose scale is NaN
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        inv[j] = s_inv[8 * m + j];
+        const uint32_t nan_byte = isnan(s_scale[8 * m + j]) ? 0xFFu : 0u;
+        if (j < 4) nan_lo |= nan_byte << (8 * j); else nan_hi |= nan_byte << (8 * (j - 4));
+      }
+      // Byte i of column j's group is row carry_block_row(pg, i, shift): valid below row_count.
+      const int shift = static_cast<int>(a & 7);
+      uint32_t valid = 0u;
+#pragma unroll
+      for (int i = 0; i < Cfg::kRowsPerThread; ++i) valid |= (carry_block_row(pg, i, shift) < blk.row_count ? 1u : 0u) << i;
+      const int64_t group = (a - shift) + Cfg::kRowsPerThread * pg;  // q_t column of byte 0
+      const bool whole = (pg > 0 || shift == 0) && valid == 0xFFu;
+      // Row group 0 of a block not starting on a group has two groups: bytes [shift, 8) of the first and
+      // [0, shift) of the one after the block.
+      const uint32_t head_valid = pg == 0 ? valid & (0xFFu << shift) & 0xFFu : valid;
+      const uint32_t tail_valid = pg == 0 ? valid & ((1u << shift) - 1u) : 0u;
+      // Half h: rows 4 h .. 4 h + 3, quantized, transposed (word j: column j's 4 bytes), into the ring.
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        uint32_t lo[4], hi[4];  // row 4 half + i: the bytes of columns 0-3 and 4-7
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          RawVec<T> rv;
+          rv.raw[0] = raw[4 * half + i];
+          float v[8];
+          unpack8<T>(rv, v);
+          uint32_t h[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            h[k] = __nv_cvt_float2_to_fp8x2(
+                make_float2(__fmul_rn(v[2 * k], inv[2 * k]), __fmul_rn(v[2 * k + 1], inv[2 * k + 1])), __NV_SATFINITE,
+                __NV_E4M3);
+          }
+          lo[i] = ((h[0] | (h[1] << 16)) & ~nan_lo) | (kQNanWord & nan_lo);
+          hi[i] = ((h[2] | (h[3] << 16)) & ~nan_hi) | (kQNanWord & nan_hi);
+        }
+        uint32_t col_word[8];
+        transpose4x4_bytes(lo[0], lo[1], lo[2], lo[3], col_word[0], col_word[1], col_word[2], col_word[3]);
+        transpose4x4_bytes(hi[0], hi[1], hi[2], hi[3], col_word[4], col_word[5], col_word[6], col_word[7]);
+        if (whole) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) ring[carry_ring_word(8 * m + j, group + 4 * half)] = col_word[j];
+        } else if (valid != 0u) {
+          // Read, merge, write: the bytes kept are the carried ones of a neighbouring block or ones no
+          // thread writes in this tile, so no other thread's store can be lost.
+#pragma unroll
+          for (int part = 0; part < 2; ++part) {
+            const uint32_t bits = ((part == 0 ? head_valid : tail_valid) >> (4 * half)) & 0xFu;
+            if (bits == 0u) continue;
+            uint32_t mask = 0u;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) mask |= ((bits >> q) & 1u) ? 0xFFu << (8 * q) : 0u;
+            const int64_t at = (part == 0 ? group : group + kBlock) + 4 * half;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              uint32_t* w = ring + carry_ring_word(8 * m + j, at);
+              *w = (col_word[j] & mask) | (*w & ~mask);
+            }
+          }
+        }
+      }
+    }
+    // q_t's columns [R, ldq) (< 16 of them) are zero: the last block stores them with its own bytes (zeros
+    // in place of the ring's bytes from R on).
+    const bool last_block = e == p.rows;
+    // The next tile's loads in flight while this tile is stored. (Issued right after the maxima, with the
+    // tile's x kept in shared memory for the quantization, they ran 13-20 points slower: 32 KB more shared
+    // memory per CTA leaves the L1 too small for three CTAs' loads in flight.)
+    if (idx + 1 < count) issue_loads(tile_at(idx + 1));
+    __syncthreads();
+
+    // 4. Store [S, E): whole sectors from the ring, the parts of sectors shared with another range a byte
+    // per lane.
+    int64_t S, E;
+    const int64_t end = last_block ? ldq : e;  // (the last block has no next one: never carry_out)
+    if (up) {
+      if (!carried_in) done = a;
+      S = done;
+      E = carry_out ? (e & ~int64_t{31}) : end;
+      if (E > done) done = E;
+    } else {
+      if (!carried_in) done = end;
+      S = carry_out ? ((a + 31) & ~int64_t{31}) : a;
+      E = done;
+      if (S < done) done = S;
+    }
+    if (S < E) {
+      const int64_t whole_from = (S + 31) & ~int64_t{31}, whole_to = E & ~int64_t{31};
+      const int64_t row0 = int64_t{tile.c} * Cfg::kTileCols;
+      if (whole_from < whole_to) {
+        // <= 8 chunks, 10 for the last block with q_t's zero columns: lane k takes chunks k and k + 8.
+        const int chunks = static_cast<int>((whole_to - whole_from) >> 4);
+#pragma unroll
+        for (int i = 0; i < Cfg::kTileCols / (Cfg::kThreads / 8); ++i) {
+          const int row = (tid >> 3) + (Cfg::kThreads / 8) * i;
+          for (int k = tid & 7; k < chunks; k += 8) {
+            const int64_t pos = whole_from + 16 * k;
+            if (row0 + row < cols) {
+              uint4 v = *reinterpret_cast<const uint4*>(ring + carry_ring_word(row, pos));
+              if (pos + 16 > p.rows) v = zero_from(v, static_cast<int>(p.rows - pos));
+              *reinterpret_cast<uint4*>(p.q_t + (row0 + row) * ldq + pos) = v;
+            }
+          }
+        }
+      }
+      // The partial sectors: [S, head_end) and [tail_from, E).
+      const int64_t head_end = whole_from < E ? whole_from : E;
+      const int head = (S & 31) ? static_cast<int>(head_end - S) : 0;
+      const int64_t tail_from = whole_to > whole_from ? whole_to : whole_from;
+      const int tail = (E & 31) && tail_from < E ? static_cast<int>(E - tail_from) : 0;
+      const uint8_t* ring_bytes = reinterpret_cast<const uint8_t*>(ring);
+      for (int i = lane; i < head + tail; i += 32) {
+        const int64_t pos = i < head ? S + i : tail_from + (i - head);
+#pragma unroll 4
+        for (int j = 0; j < 16; ++j) {
+          const int row = 16 * warp + j;
+          if (row0 + row < cols) {
+            p.q_t[(row0 + row) * ldq + pos] = pos < p.rows ? ring_bytes[4 * carry_ring_word(row, pos) + (pos & 3)] : 0;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace wgrad::quant
