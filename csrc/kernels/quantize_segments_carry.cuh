@@ -35,6 +35,7 @@
 #include "layout.h"
 #include "quantize.cuh"
 #include "quantize_numerics.cuh"
+#include "segments_carry_plan.h"
 
 namespace wgrad::quant {
 
@@ -45,7 +46,7 @@ struct SegmentsCarryConfig {
                                                 // registers spilled 160 bytes and ran 2-25 points slower)
   static constexpr int kTileCols = kBlock;      // columns of x = rows of q_t per tile
   static constexpr int kRowsPerThread = 8;      // rows of x per thread: 8 bytes of a q_t row
-  static constexpr int kRingBytes = 256;        // per q_t row: a tile's 128 bytes plus <= 31 carried
+  static constexpr int kRingBytes = kCarryRingBytes;  // per q_t row: a tile's 128 bytes plus <= 31 carried
   static constexpr int kRingWords = kRingBytes / 4;
   static constexpr int kMaxTableEntries = 2048; // scale columns (row blocks) whose table fits in shared memory
   // Shared memory: the ring, the per-warp column maxima, the scales and their reciprocals, the table.
@@ -79,15 +80,6 @@ __device__ __forceinline__ void transpose4x4_bytes(uint32_t i0, uint32_t i1, uin
   o3 = __byte_perm(t1, t3, 0x7632);
 }
 
-// The rows of a block a thread holds, so that their bytes fill whole 8-byte groups of q_t (aligned ring
-// stores): with the block starting `shift` = out_start % 8 bytes into a group, row group pg >= 1 holds rows
-// 8 pg - shift + i (i < 8: group pg of the block's groups), row group 0 the block's first 8 - shift rows
-// (bytes [shift, 8) of group 0) and its last `shift` rows (bytes [0, shift) of group 16). Byte i of a
-// thread's group is row carry_block_row(pg, i, shift).
-__device__ __forceinline__ int carry_block_row(int pg, int i, int shift) {
-  return pg > 0 ? 8 * pg - shift + i : (i >= shift ? i - shift : kBlock - shift + i);
-}
-
 // Bytes [from, 16) of a chunk set to zero (from < 16; from <= 0: all).
 __device__ __forceinline__ uint4 zero_from(uint4 v, int from) {
   uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -98,12 +90,6 @@ __device__ __forceinline__ uint4 zero_from(uint4 v, int from) {
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
-
-// The tile a CTA's walk takes at step `idx` of its range [first, last): up (even CTAs) or down.
-struct CarryTile {
-  int32_t b;  // row block (scale column), < used blocks
-  int32_t c;  // column tile
-};
 
 template <typename T>
 __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryConfig::kCtasPerSm)
@@ -134,15 +120,11 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
       p.scales_t[(used + i / cols) * p.scales_t_ld + i % cols] = fill;
     }
   }
-  const int64_t tiles = int64_t{used} * col_tiles;
-  const int64_t first = tiles * blockIdx.x / gridDim.x, last = tiles * (blockIdx.x + 1) / gridDim.x;
-  if (first >= last) return;
-  const bool up = (blockIdx.x & 1) == 0;
-  auto tile_at = [&](int64_t idx) {
-    const int64_t t = up ? first + idx : last - 1 - idx;
-    return CarryTile{static_cast<int32_t>(t % used), static_cast<int32_t>(t / used)};
-  };
-  const int64_t count = last - first;
+  const CarryRange walk = carry_range(int64_t{used} * col_tiles, blockIdx.x, gridDim.x);
+  if (walk.first >= walk.last) return;
+  const bool up = walk.up;
+  auto tile_at = [&](int64_t idx) { return carry_walk_tile(walk, idx, used); };
+  const int64_t count = walk.last - walk.first;
   const T* x = static_cast<const T*>(p.x);
 
   uint4 raw[Cfg::kRowsPerThread];
@@ -173,9 +155,8 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
     auto contiguous = [&](int64_t j) {
       if (j < 0 || j >= count) return false;
       const CarryTile o = tile_at(j);
-      if (o.c != tile.c) return false;
       const RowBlock ob = table[o.b];
-      return up == (j < idx) ? int64_t{ob.out_start} + ob.row_count == a : e == int64_t{ob.out_start};
+      return carry_contiguous(up, j < idx, tile.c, a, e, o, ob.out_start, ob.row_count);
     };
     const bool carried_in = contiguous(idx - 1), carry_out = contiguous(idx + 1);
 
@@ -283,21 +264,12 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
 
     // 4. Store [S, E): whole sectors from the ring, the parts of sectors shared with another range a byte
     // per lane.
-    int64_t S, E;
     const int64_t end = last_block ? ldq : e;  // (the last block has no next one: never carry_out)
-    if (up) {
-      if (!carried_in) done = a;
-      S = done;
-      E = carry_out ? (e & ~int64_t{31}) : end;
-      if (E > done) done = E;
-    } else {
-      if (!carried_in) done = end;
-      S = carry_out ? ((a + 31) & ~int64_t{31}) : a;
-      E = done;
-      if (S < done) done = S;
-    }
+    const CarryStoreRange range = carry_store_range(up, carried_in, carry_out, a, e, end, done);
+    const int64_t S = range.from, E = range.to;
     if (S < E) {
-      const int64_t whole_from = (S + 31) & ~int64_t{31}, whole_to = E & ~int64_t{31};
+      const CarrySectors sectors = carry_sectors(S, E);
+      const int64_t whole_from = sectors.whole_from, whole_to = sectors.whole_to;
       const int64_t row0 = int64_t{tile.c} * Cfg::kTileCols;
       if (whole_from < whole_to) {
         // <= 8 chunks, 10 for the last block with q_t's zero columns: lane k takes chunks k and k + 8.
@@ -315,11 +287,9 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
           }
         }
       }
-      // The partial sectors: [S, head_end) and [tail_from, E).
-      const int64_t head_end = whole_from < E ? whole_from : E;
-      const int head = (S & 31) ? static_cast<int>(head_end - S) : 0;
-      const int64_t tail_from = whole_to > whole_from ? whole_to : whole_from;
-      const int tail = (E & 31) && tail_from < E ? static_cast<int>(E - tail_from) : 0;
+      // The partial sectors: [S, S + head) and [tail_from, tail_from + tail).
+      const int head = sectors.head, tail = sectors.tail;
+      const int64_t tail_from = sectors.tail_from;
       const uint8_t* ring_bytes = reinterpret_cast<const uint8_t*>(ring);
       for (int i = lane; i < head + tail; i += 32) {
         const int64_t pos = i < head ? S + i : tail_from + (i - head);

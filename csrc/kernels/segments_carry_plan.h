@@ -1,0 +1,105 @@
+// \brief Torch-free, CUDA-free plan of the carried-sectors segments kernel (quantize_segments_carry.cuh):
+// which rows of a block a thread holds, the walk of a CTA's range, and which q_t bytes each tile stores,
+// whole sectors or bytes. Shared by the kernel and the C++ tests, which replay every CTA's walk and check
+// that each byte of q_t is stored once and that only sectors two ranges share are stored in parts.
+#pragma once
+
+#include <cstdint>
+
+#include "layout.h"
+
+namespace wgrad::quant {
+
+constexpr int32_t kCarryBlockRows = 128;  // rows of a block, bytes of a tile's q_t row
+constexpr int32_t kCarrySector = 32;      // bytes of a sector
+constexpr int32_t kCarryRingBytes = 256;  // bytes of the ring per q_t row
+
+// The rows of a block a thread holds, so that their bytes fill whole 8-byte groups of q_t (aligned ring
+// stores): with the block starting `shift` = out_start % 8 bytes into a group, row group pg >= 1 holds rows
+// 8 pg - shift + i (i < 8: group pg of the block's groups), row group 0 the block's first 8 - shift rows
+// (bytes [shift, 8) of group 0) and its last `shift` rows (bytes [0, shift) of group 16). Byte i of a
+// thread's group is row carry_block_row(pg, i, shift).
+WGRAD_HOST_DEVICE inline int carry_block_row(int pg, int i, int shift) {
+  return pg > 0 ? 8 * pg - shift + i : (i >= shift ? i - shift : kCarryBlockRows - shift + i);
+}
+
+// A CTA's range of the tiles [first, last) in column-major order (tile t: row block t % used of column tile
+// t / used) and the direction of its walk: even CTAs up, odd ones down, so that the two parts of a sector
+// two neighbouring ranges share are stored at about the same time (both at the start or both at the end).
+struct CarryRange {
+  int64_t first;
+  int64_t last;
+  bool up;
+};
+WGRAD_HOST_DEVICE inline CarryRange carry_range(int64_t tiles, int64_t cta, int64_t ctas) {
+  return {tiles * cta / ctas, tiles * (cta + 1) / ctas, (cta & 1) == 0};
+}
+
+struct CarryTile {
+  int32_t b;  // row block (scale column), < used blocks
+  int32_t c;  // column tile
+};
+// The tile at step idx of the walk (idx < last - first).
+WGRAD_HOST_DEVICE inline CarryTile carry_walk_tile(const CarryRange& r, int64_t idx, int32_t used) {
+  const int64_t t = r.up ? r.first + idx : r.last - 1 - idx;
+  return CarryTile{static_cast<int32_t>(t % used), static_cast<int32_t>(t / used)};
+}
+
+// Whether the tile `other` (block bytes [other_start, other_start + other_count)), which the walk takes
+// just before (`before`) or just after the tile holding bytes [a, e) of column tile `c`, is its neighbouring
+// block: the block before it in R when walking up and coming before, or down and coming after.
+WGRAD_HOST_DEVICE inline bool carry_contiguous(bool up, bool before, int32_t c, int64_t a, int64_t e, CarryTile other,
+                                               int64_t other_start, int64_t other_count) {
+  if (other.c != c) return false;
+  return up == before ? other_start + other_count == a : e == other_start;
+}
+
+// The q_t bytes [from, to) a tile stores, and what its range has stored of the current run of contiguous
+// tiles: up, every column before `done`; down, every column from `done` on. The tile holds the block's
+// bytes [a, e); `end` is e, or q_t's row pitch for the last block (which stores the zero columns after R
+// too). carried_in: the tile before in the walk is the neighbouring block (its bytes of the sector they
+// share wait in the ring); carry_out: the tile after is, so the sector the two share is left to it.
+struct CarryStoreRange {
+  int64_t from;
+  int64_t to;  // from >= to: nothing to store
+};
+WGRAD_HOST_DEVICE inline CarryStoreRange carry_store_range(bool up, bool carried_in, bool carry_out, int64_t a,
+                                                           int64_t e, int64_t end, int64_t& done) {
+  constexpr int64_t kMask = ~int64_t{kCarrySector - 1};
+  CarryStoreRange r;
+  if (up) {
+    if (!carried_in) done = a;
+    r.from = done;
+    r.to = carry_out ? (e & kMask) : end;
+    if (r.to > done) done = r.to;
+  } else {
+    if (!carried_in) done = end;
+    r.from = carry_out ? ((a + kCarrySector - 1) & kMask) : a;
+    r.to = done;
+    if (r.from < done) done = r.from;
+  }
+  return r;
+}
+
+// [from, to) as whole sectors [whole_from, whole_to) (none when whole_from >= whole_to) and the bytes of
+// the sectors it covers only in part: head bytes from `from`, tail bytes from tail_from.
+struct CarrySectors {
+  int64_t whole_from;
+  int64_t whole_to;
+  int32_t head;
+  int64_t tail_from;
+  int32_t tail;
+};
+WGRAD_HOST_DEVICE inline CarrySectors carry_sectors(int64_t from, int64_t to) {
+  constexpr int64_t kMask = ~int64_t{kCarrySector - 1};
+  CarrySectors s;
+  s.whole_from = (from + kCarrySector - 1) & kMask;
+  s.whole_to = to & kMask;
+  const int64_t head_end = s.whole_from < to ? s.whole_from : to;
+  s.head = (from & (kCarrySector - 1)) ? static_cast<int32_t>(head_end - from) : 0;
+  s.tail_from = s.whole_to > s.whole_from ? s.whole_to : s.whole_from;
+  s.tail = (to & (kCarrySector - 1)) && s.tail_from < to ? static_cast<int32_t>(to - s.tail_from) : 0;
+  return s;
+}
+
+}  // namespace wgrad::quant

@@ -1,0 +1,208 @@
+// \brief Tests of csrc/kernels/segments_carry_plan.h: every CTA's walk of the carried-sectors segments
+// kernel replayed on the host, with the kernel's own plan functions. Checked for each column tile: every
+// byte of the q_t row [0, pitch) is stored exactly once; a sector is stored in parts only where two CTAs'
+// ranges meet in it (or in the last sector of a row whose pitch is not a multiple of 32); each stored byte
+// comes from the ring (produced by the current run of contiguous tiles, at most a ring's length back); and
+// a thread's rows cover the block once, each byte landing at the block's own q_t column.
+#include "kernels/segments_carry_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace wgrad::quant {
+namespace {
+
+struct Block {
+  int64_t start;  // first row of x = first q_t column (unpadded)
+  int64_t count;  // rows, 1 to 128
+};
+
+std::vector<Block> blocks_of(const std::vector<int64_t>& sizes) {
+  std::vector<Block> blocks;
+  int64_t start = 0;
+  for (int64_t size : sizes) {
+    for (int64_t r = 0; r < size; r += kCarryBlockRows) {
+      blocks.push_back({start + r, size - r < kCarryBlockRows ? size - r : kCarryBlockRows});
+    }
+    start += size;
+  }
+  return blocks;
+}
+
+struct Stats {
+  int64_t partial_sectors = 0;
+  int64_t whole_sectors = 0;
+};
+
+// Replays the kernel's walk (quantize_fp8_1x128_segments_carry_kernel, step 4) for `ctas` CTAs. (void:
+// gtest's ASSERT_* return from it.)
+void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, Stats* out = nullptr) {
+  const std::vector<Block> blocks = blocks_of(sizes);
+  int64_t rows = 0;
+  for (int64_t s : sizes) rows += s;
+  const int64_t pitch = align_up(rows, 16);
+  const auto used = static_cast<int32_t>(blocks.size());
+  Stats stats;
+  if (used == 0) return;
+  // Per column tile: how often each byte is stored, and which CTAs store in each sector.
+  std::vector<std::vector<int>> stored(col_tiles, std::vector<int>(pitch, 0));
+  std::vector<std::vector<std::set<int64_t>>> writers(col_tiles,
+                                                      std::vector<std::set<int64_t>>(ceil_div(pitch, kCarrySector)));
+  std::vector<std::vector<bool>> partial(col_tiles, std::vector<bool>(ceil_div(pitch, kCarrySector), false));
+
+  for (int64_t cta = 0; cta < ctas; ++cta) {
+    const CarryRange walk = carry_range(int64_t{used} * col_tiles, cta, ctas);
+    const int64_t count = walk.last - walk.first;
+    int64_t done = 0, run_begin = 0, run_end = 0;  // the q_t columns the current run has produced
+    for (int64_t idx = 0; idx < count; ++idx) {
+      const CarryTile tile = carry_walk_tile(walk, idx, used);
+      const Block blk = blocks[tile.b];
+      const int64_t a = blk.start, e = a + blk.count;
+      auto contiguous = [&](int64_t j) {
+        if (j < 0 || j >= count) return false;
+        const CarryTile o = carry_walk_tile(walk, j, used);
+        return carry_contiguous(walk.up, j < idx, tile.c, a, e, o, blocks[o.b].start, blocks[o.b].count);
+      };
+      const bool carried_in = contiguous(idx - 1), carry_out = contiguous(idx + 1);
+      if (carried_in) {
+        run_begin = a < run_begin ? a : run_begin;
+        run_end = e > run_end ? e : run_end;
+      } else {
+        run_begin = a;
+        run_end = e;
+      }
+      const bool last_block = e == rows;
+      const CarryStoreRange range = carry_store_range(walk.up, carried_in, carry_out, a, e, last_block ? pitch : e, done);
+      if (range.from >= range.to) continue;
+      ASSERT_GE(range.from, 0);
+      ASSERT_LE(range.to, pitch);
+      // Every byte stored (but q_t's zero columns from R on) comes from the ring: produced by this run, and
+      // no further back from the run's newest byte than the ring holds.
+      for (int64_t pos = range.from; pos < range.to && pos < rows; ++pos) {
+        ASSERT_GE(pos, run_begin) << "cta " << cta << " tile " << idx << ": byte " << pos << " not produced by the run";
+        ASSERT_LT(pos, run_end) << "cta " << cta << " tile " << idx << ": byte " << pos << " not produced yet";
+        ASSERT_LE(walk.up ? e - pos : pos - a + 1, kCarryRingBytes) << "byte " << pos << " left the ring";
+      }
+      const CarrySectors s = carry_sectors(range.from, range.to);
+      auto store = [&](int64_t pos, bool whole) {
+        ++stored[tile.c][pos];
+        writers[tile.c][pos / kCarrySector].insert(cta);
+        if (!whole) partial[tile.c][pos / kCarrySector] = true;
+      };
+      for (int64_t pos = s.whole_from; pos < s.whole_to; ++pos) store(pos, true);
+      if (s.whole_from < s.whole_to) {
+        ASSERT_EQ(s.whole_from % kCarrySector, 0);
+        ASSERT_EQ(s.whole_to % kCarrySector, 0);
+        ASSERT_LE(s.whole_to - s.whole_from, 160) << "more chunks than a thread's lanes take (kernel: k and k + 8)";
+        stats.whole_sectors += (s.whole_to - s.whole_from) / kCarrySector;
+      }
+      for (int32_t i = 0; i < s.head; ++i) store(range.from + i, false);
+      for (int32_t i = 0; i < s.tail; ++i) store(s.tail_from + i, false);
+      ASSERT_EQ((s.whole_to > s.whole_from ? s.whole_to - s.whole_from : 0) + s.head + s.tail, range.to - range.from)
+          << "[" << range.from << ", " << range.to << ") split into whole sectors and parts loses or repeats bytes";
+    }
+  }
+  for (int32_t c = 0; c < col_tiles; ++c) {
+    for (int64_t pos = 0; pos < pitch; ++pos) {
+      ASSERT_EQ(stored[c][pos], 1) << "column tile " << c << ", q_t column " << pos << " of " << pitch;
+    }
+    for (int64_t sector = 0; sector < ceil_div(pitch, kCarrySector); ++sector) {
+      if (!partial[c][sector]) continue;
+      ++stats.partial_sectors;
+      const bool row_end = (sector + 1) * kCarrySector > pitch;
+      EXPECT_TRUE(writers[c][sector].size() >= 2 || row_end)
+          << "column tile " << c << ": sector " << sector << " stored in parts by one CTA";
+    }
+  }
+  if (out != nullptr) *out = stats;
+}
+
+// The benchmark's uneven split (bench_quant._segment_sizes, 8 segments).
+std::vector<int64_t> bench_split(int64_t rows) {
+  const int64_t offsets[7] = {37, -58, 83, -21, 66, -95, 12};
+  std::vector<int64_t> sizes;
+  int64_t sum = 0;
+  for (int64_t o : offsets) {
+    sizes.push_back(rows / 8 + o);
+    sum += sizes.back();
+  }
+  sizes.push_back(rows - sum);
+  return sizes;
+}
+
+std::vector<int64_t> random_split(int64_t rows, int groups, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int64_t> cuts = {0, rows};
+  std::uniform_int_distribution<int64_t> dist(0, rows);
+  for (int g = 0; g < groups - 1; ++g) cuts.push_back(dist(gen));
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<int64_t> sizes;
+  for (int g = 0; g < groups; ++g) sizes.push_back(cuts[g + 1] - cuts[g]);
+  return sizes;
+}
+
+TEST(SegmentsCarryPlan, BlockRowsCoverTheBlockAtItsOwnColumns) {
+  for (int shift = 0; shift < 8; ++shift) {
+    std::vector<int> seen(kCarryBlockRows, 0);
+    for (int pg = 0; pg < 16; ++pg) {
+      for (int i = 0; i < 8; ++i) {
+        const int row = carry_block_row(pg, i, shift);
+        ASSERT_GE(row, 0);
+        ASSERT_LT(row, kCarryBlockRows);
+        ++seen[row];
+        // The kernel's ring store: byte i of row group pg's group at (a - shift) + 8 pg + i, row group 0's
+        // first `shift` bytes one block further.
+        const int column = -shift + 8 * pg + i + (pg == 0 && i < shift ? kCarryBlockRows : 0);
+        EXPECT_EQ(column, row) << "shift " << shift << ", row group " << pg << ", byte " << i;
+      }
+    }
+    for (int row = 0; row < kCarryBlockRows; ++row) EXPECT_EQ(seen[row], 1) << "shift " << shift << ", row " << row;
+  }
+}
+
+TEST(SegmentsCarryPlan, BenchmarkSplitsOnAnH200Grid) {
+  // The benchmark's shapes' column tiles (2112, 4096, 7168, 24576 columns) on 132 SMs x 3 CTAs.
+  for (int64_t rows : {4096, 8192, 16384}) {
+    for (int32_t col_tiles : {17, 32, 56}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + ", column tiles " + std::to_string(col_tiles));
+      Stats stats;
+      replay(bench_split(rows), col_tiles, 396, &stats);
+      EXPECT_GT(stats.whole_sectors, 0);
+      // Parts only where two ranges meet: at most one sector per CTA boundary.
+      EXPECT_LE(stats.partial_sectors, 395);
+    }
+  }
+}
+
+TEST(SegmentsCarryPlan, RandomSplitsAnyGrid) {
+  // Tiny, one-row and empty segments, R not a multiple of 16 or 32, grids from one CTA (a range over every
+  // column tile) to more CTAs than tiles (empty and one-tile ranges).
+  uint32_t seed = 1;
+  for (int64_t rows : {1, 31, 700, 3001, 6000}) {
+    for (int groups : {1, 5, 32}) {
+      for (int64_t ctas : {1, 2, 3, 7, 396}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + ", groups " + std::to_string(groups) + ", ctas " +
+                     std::to_string(ctas) + ", seed " + std::to_string(seed));
+        replay(random_split(rows, groups, seed++), 3, ctas);
+      }
+    }
+  }
+}
+
+TEST(SegmentsCarryPlan, SectorAlignedSplitsStoreNoParts) {
+  // Every segment a multiple of 32 rows: no sector is shared, so none is stored in parts, whatever the grid.
+  for (int64_t ctas : {1, 5, 396}) {
+    Stats stats;
+    replay({256, 32, 0, 96, 1024, 64, 3008}, 4, ctas, &stats);
+    EXPECT_EQ(stats.partial_sectors, 0) << ctas << " CTAs";
+  }
+}
+
+}  // namespace
+}  // namespace wgrad::quant
