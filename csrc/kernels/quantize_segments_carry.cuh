@@ -27,7 +27,8 @@
 // A range's first and last tiles share a sector with another CTA's range: those bytes are stored a byte per
 // lane (the only partial sectors). Even CTAs walk their range up, odd ones down, so the two parts of such a
 // sector are written at about the same time (both at the start or both at the end of the launch): parts
-// written far apart cost much more (docs/perf-notes.md, session 25, run 7).
+// written far apart cost much more (docs/perf-notes.md, session 25, run 7). The row mapping, the walk and
+// the store plan are segments_carry_plan.h's, which tests/cpp/test_segments_carry_plan.cpp replays.
 #pragma once
 
 #include <cstdint>
