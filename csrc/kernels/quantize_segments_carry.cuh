@@ -113,12 +113,13 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
   const int32_t used = summary.used_blocks;
   const int32_t col_tiles = static_cast<int32_t>(ceil_div(cols, Cfg::kTileCols));
 
-  // Scale columns without rows: 0 after the used blocks, NaN everywhere for invalid sizes.
+  // Scale columns without rows (the table's entries from `used` on): 0 after the used blocks, NaN everywhere
+  // for invalid sizes.
   {
-    const float fill = used > 0 ? 0.0f : __uint_as_float(kScaleNanBits);
     const int64_t empty = (seg_args.num_row_blocks - used) * cols;
     for (int64_t i = int64_t{blockIdx.x} * Cfg::kThreads + tid; i < empty; i += int64_t{gridDim.x} * Cfg::kThreads) {
-      p.scales_t[(used + i / cols) * p.scales_t_ld + i % cols] = fill;
+      const int64_t row_block = used + i / cols;
+      fill_empty_scale_column(p, row_block, 0, table[row_block].row_count, static_cast<int>(i % cols));
     }
   }
   const CarryRange walk = carry_range(int64_t{used} * col_tiles, blockIdx.x, gridDim.x);
