@@ -107,14 +107,15 @@ def _env_of(token):
 
 def order_sweep(orders, kinds, shapes):
     flush = torch.empty(bench_quant._L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    reps = int(os.environ.get("SWEEP_REPS", "3"))
     print("shape kind " + " ".join(f"{o:>7}" for o in orders) +
-          "   (% of a copy: median of SWEEP_REPS (3) ratios of medians of 9 calls, each beside a copy)")
+          f"   (% of a copy: median of {reps} ratios (SWEEP_REPS) of medians of 9 calls, each beside a copy)")
     for rows, cols in shapes:
         x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda")
         for kind in kinds:
             fn, (copy, copy_bytes, nbytes) = _kernel_fn(kind, x), _copy_fn(kind, x)
             ratios = {o: [] for o in orders}
-            for rep in range(int(os.environ.get("SWEEP_REPS", "3"))):
+            for rep in range(reps):
                 # Each repetition starts one setting later: the same setting in the same place of every
                 # repetition measured up to 3 points apart from the others with nothing changed (Colwise, which
                 # no knob of the sweep changes, at 8192 x 2112 and 8192 x 4096; H200 session 24).

@@ -620,6 +620,22 @@ def test_gpu_segments_carry_kernel(rows, cols, groups, seed, dtype, monkeypatch)
 
 
 @sm90
+@pytest.mark.parametrize("kernel", [None, "auto", "tma"])
+def test_gpu_segments_automatic_kernel_choice(kernel, monkeypatch):
+    # 16384 rows in 8 random segments (2048 rows each on average): the automatic choice takes the carry
+    # kernel (carry_kernel_by_default in segments_carry_plan.h), tma forces the TMA kernel; the bits are the
+    # reference's either way. 16383 rows in 8 segments: below the rule, the TMA kernel.
+    if kernel is None:
+        monkeypatch.delenv("WGRAD_SEGMENT_KERNEL", raising=False)
+    else:
+        monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", kernel)
+    for rows, seed in ((16384, 113), (16383, 127)):
+        sizes = _random_split(rows, 8, seed=seed)
+        x = _random_x(rows, 384, torch.bfloat16, seed=seed)
+        _check_gpu_op("segments", x, False, sizes)
+
+
+@sm90
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_segments_sector_aligned_in_the_kernel_of_any_order(dtype):
     # The shape of the long-runs test with segment sizes that are multiples of 32 (some empty): the host's
@@ -812,7 +828,7 @@ _ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip 
       for v in ["yes", "0", "65", "2x", "", "c", "c0", "c65", "crange", "cranges2"]],
     ("WGRAD_COLWISE_GRID", "0", "colwise", "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '0'"),
     ("WGRAD_SEGMENTS_PACKED", "yes", "segments", "WGRAD_SEGMENTS_PACKED must be 0, 1 or auto, got 'yes'"),
-    ("WGRAD_SEGMENT_KERNEL", "tmaa", "segments", "WGRAD_SEGMENT_KERNEL must be carry or tma, got 'tmaa'"),
+    ("WGRAD_SEGMENT_KERNEL", "tmaa", "segments", "WGRAD_SEGMENT_KERNEL must be auto, carry or tma, got 'tmaa'"),
 ])
 def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypatch):
     monkeypatch.setenv(var, value)

@@ -23,6 +23,16 @@ WGRAD_HOST_DEVICE inline int carry_block_row(int pg, int i, int shift) {
   return pg > 0 ? 8 * pg - shift + i : (i >= shift ? i - shift : kCarryBlockRows - shift + i);
 }
 
+// Whether the automatic choice (WGRAD_SEGMENT_KERNEL unset or auto) takes this kernel for an unpadded cast of
+// `segments` segments over `rows` rows that it can take: two or more segments, R >= 16384 and at least 1024
+// rows per segment on average. Measured on an H200 (132 SMs; docs/perf-notes.md, session 29): the carry
+// kernel beat the TMA kernel in every such cell of the sweep (8, 16 and 32 segments, unaligned and 16-aligned
+// splits, 16384 and 32768 rows x 2112-7168 features: +1.3 to +8.4 points of a copy) and lost or tied in most
+// others (4096 rows: -1 to -14; 8192 rows: -7 to +2.5; 512 rows per segment or fewer: -0.6 to -7; one segment).
+WGRAD_HOST_DEVICE constexpr bool carry_kernel_by_default(int64_t rows, int64_t segments) {
+  return segments >= 2 && rows >= 16384 && rows >= 1024 * segments;
+}
+
 // A CTA's range of the tiles [first, last) in column-major order (tile t: row block t % used of column tile
 // t / used) and the direction of its walk: even CTAs up, odd ones down, so that the two parts of a sector
 // two neighbouring ranges share are stored at about the same time (both at the start or both at the end).
