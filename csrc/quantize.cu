@@ -170,11 +170,11 @@ int64_t colwise_grid(int64_t tiles, int groups, int num_sms) {
 // The kernel of the unpadded segments cast with 16-bit x, at most kMaxWarpSegments segments and a table of at
 // most SegmentsCarryConfig::kMaxTableEntries entries: "carry" (quantize_segments_carry.cuh: every shared
 // sector written whole), "tma" (the persistent TMA kernel of the other casts) or "auto" (carry where
-// carry_kernel_by_default measured it faster: R >= 16384 and at least 1024 rows per segment). Knob
+// carry_kernel_by_default measured it faster: R >= 16384, at least 1024 rows per segment, C >= 2048). Knob
 // WGRAD_SEGMENT_KERNEL, read at every call; default auto.
-bool want_segments_carry(int64_t rows, int64_t segments) {
+bool want_segments_carry(int64_t rows, int64_t cols, int64_t segments) {
   const char* v = std::getenv("WGRAD_SEGMENT_KERNEL");
-  if (v == nullptr || std::strcmp(v, "auto") == 0) return quant::carry_kernel_by_default(rows, segments);
+  if (v == nullptr || std::strcmp(v, "auto") == 0) return quant::carry_kernel_by_default(rows, cols, segments);
   if (std::strcmp(v, "tma") == 0) return false;
   if (std::strcmp(v, "carry") == 0) return true;
   TORCH_CHECK(false, "WGRAD_SEGMENT_KERNEL must be auto, carry or tma, got '", v, "'");
@@ -411,7 +411,7 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int
         if constexpr (sizeof(T) == 2) {
           if (column_kernel && p.seg_pad == 0 && segments.num_segments <= quant::kMaxWarpSegments &&
               segments.num_row_blocks <= quant::SegmentsCarryConfig::kMaxTableEntries &&
-              want_segments_carry(p.rows, segments.num_segments)) {
+              want_segments_carry(p.rows, p.cols, segments.num_segments)) {
             launch_segments_carry<T>(p, segments, num_sms, stream);
             return;
           }

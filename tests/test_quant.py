@@ -622,16 +622,16 @@ def test_gpu_segments_carry_kernel(rows, cols, groups, seed, dtype, monkeypatch)
 @sm90
 @pytest.mark.parametrize("kernel", [None, "auto", "tma"])
 def test_gpu_segments_automatic_kernel_choice(kernel, monkeypatch):
-    # 16384 rows in 8 random segments (2048 rows each on average): the automatic choice takes the carry
+    # 16384 x 2048 in 8 random segments (2048 rows each on average): the automatic choice takes the carry
     # kernel (carry_kernel_by_default in segments_carry_plan.h), tma forces the TMA kernel; the bits are the
-    # reference's either way. 16383 rows in 8 segments: below the rule, the TMA kernel.
+    # reference's either way. 16384 x 1024 and 16383 x 2048: below the rule, the TMA kernel.
     if kernel is None:
         monkeypatch.delenv("WGRAD_SEGMENT_KERNEL", raising=False)
     else:
         monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", kernel)
-    for rows, seed in ((16384, 113), (16383, 127)):
+    for rows, cols, seed in ((16384, 2048, 113), (16384, 1024, 127), (16383, 2048, 131)):
         sizes = _random_split(rows, 8, seed=seed)
-        x = _random_x(rows, 384, torch.bfloat16, seed=seed)
+        x = _random_x(rows, cols, torch.bfloat16, seed=seed)
         _check_gpu_op("segments", x, False, sizes)
 
 

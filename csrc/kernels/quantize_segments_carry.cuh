@@ -6,7 +6,7 @@
 // of a copy when every block writes its own bytes of its two edge sectors, at 80-87 % when every shared
 // sector is written once and whole, in this kernel's order; the TMA kernel's unaligned segments cast ran
 // at 64-74 %.
-// Status: the automatic choice for R >= 16384 and >= 1024 rows per segment (carry_kernel_by_default; the
+// Status: the automatic choice for R >= 16384, >= 1024 rows per segment, C >= 2048 (carry_kernel_by_default; the
 // knob WGRAD_SEGMENT_KERNEL in quantize.cu forces either kernel). On the H200 it beats the TMA kernel there
 // by 1.3-8.4 points of a copy (session 29's sweep: 16384 x 7168 unaligned 75.0 against 73.0, 16384 x 24576
 // 78.8 against 73.4) and trails it where R = 4096 (more partial blocks per column) and on one segment at the

@@ -24,13 +24,14 @@ WGRAD_HOST_DEVICE inline int carry_block_row(int pg, int i, int shift) {
 }
 
 // Whether the automatic choice (WGRAD_SEGMENT_KERNEL unset or auto) takes this kernel for an unpadded cast of
-// `segments` segments over `rows` rows that it can take: two or more segments, R >= 16384 and at least 1024
-// rows per segment on average. Measured on an H200 (132 SMs; docs/perf-notes.md, session 29): the carry
-// kernel beat the TMA kernel in every such cell of the sweep (8, 16 and 32 segments, unaligned and 16-aligned
-// splits, 16384 and 32768 rows x 2112-7168 features: +1.3 to +8.4 points of a copy) and lost or tied in most
-// others (4096 rows: -1 to -14; 8192 rows: -7 to +2.5; 512 rows per segment or fewer: -0.6 to -7; one segment).
-WGRAD_HOST_DEVICE constexpr bool carry_kernel_by_default(int64_t rows, int64_t segments) {
-  return segments >= 2 && rows >= 16384 && rows >= 1024 * segments;
+// `segments` segments over `rows` rows of `cols` features that it can take: two or more segments, R >= 16384,
+// at least 1024 rows per segment on average and C >= 2048. Measured on an H200 (132 SMs; docs/perf-notes.md,
+// session 29): the carry kernel beat the TMA kernel in every such cell of the sweep (8, 16 and 32 segments,
+// unaligned and 16-aligned splits, 16384 and 32768 rows x 2112-24576 features: +1.3 to +8.4 points of a copy)
+// and lost or tied in most others (4096 rows: -1 to -14; 8192 rows: -7 to +2.5; 512 rows per segment or
+// fewer: -0.6 to -7; one segment). Fewer features were not measured (few tiles per CTA): the TMA kernel.
+WGRAD_HOST_DEVICE constexpr bool carry_kernel_by_default(int64_t rows, int64_t cols, int64_t segments) {
+  return segments >= 2 && rows >= 16384 && rows >= 1024 * segments && cols >= 2048;
 }
 
 // A CTA's range of the tiles [first, last) in column-major order (tile t: row block t % used of column tile

@@ -205,19 +205,21 @@ TEST(SegmentsCarryPlan, SectorAlignedSplitsStoreNoParts) {
 }
 
 TEST(SegmentsCarryPlan, AutomaticChoiceTakesLongSegmentsOfLongCasts) {
-  // The cells of session 29's sweep the carry kernel won: 16384 and 32768 rows in 8-32 segments of >= 1024
-  // rows; those it lost: 4096 and 8192 rows, 512 rows per segment, one segment.
-  EXPECT_TRUE(carry_kernel_by_default(16384, 8));
-  EXPECT_TRUE(carry_kernel_by_default(16384, 16));
-  EXPECT_TRUE(carry_kernel_by_default(32768, 32));
-  EXPECT_TRUE(carry_kernel_by_default(16384, 2));
-  EXPECT_FALSE(carry_kernel_by_default(16384, 17));  // 964 rows per segment
-  EXPECT_FALSE(carry_kernel_by_default(16384, 32));
-  EXPECT_FALSE(carry_kernel_by_default(16383, 8));
-  EXPECT_FALSE(carry_kernel_by_default(8192, 8));
-  EXPECT_FALSE(carry_kernel_by_default(4096, 2));
-  EXPECT_FALSE(carry_kernel_by_default(32768, 1));
-  EXPECT_FALSE(carry_kernel_by_default(0, 0));
+  // The cells of session 29's sweep the carry kernel won: 16384 and 32768 rows x 2112-24576 features in 8-32
+  // segments of >= 1024 rows; those it lost: 4096 and 8192 rows, 512 rows per segment, one segment; and
+  // fewer than 2048 features (not measured).
+  EXPECT_TRUE(carry_kernel_by_default(16384, 7168, 8));
+  EXPECT_TRUE(carry_kernel_by_default(16384, 2112, 16));
+  EXPECT_TRUE(carry_kernel_by_default(32768, 24576, 32));
+  EXPECT_TRUE(carry_kernel_by_default(16384, 2048, 2));
+  EXPECT_FALSE(carry_kernel_by_default(16384, 2047, 8));
+  EXPECT_FALSE(carry_kernel_by_default(16384, 7168, 17));  // 964 rows per segment
+  EXPECT_FALSE(carry_kernel_by_default(16384, 7168, 32));
+  EXPECT_FALSE(carry_kernel_by_default(16383, 7168, 8));
+  EXPECT_FALSE(carry_kernel_by_default(8192, 4096, 8));
+  EXPECT_FALSE(carry_kernel_by_default(4096, 24576, 2));
+  EXPECT_FALSE(carry_kernel_by_default(32768, 7168, 1));
+  EXPECT_FALSE(carry_kernel_by_default(0, 0, 0));
 }
 
 }  // namespace
