@@ -350,11 +350,12 @@ void launch_segments_carry(const QuantizeParams& p, const quant::SegmentTableArg
   auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T>;
   const int smem_bytes = Cfg::smem_bytes(segments.num_row_blocks);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  // (3 CTAs per SM for every table it takes, 35-59 KB each; the grid follows the occupancy all the same, so
-  // that no CTA waits for another to finish.)
-  int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem_bytes));
-  const unsigned grid = static_cast<unsigned>(num_sms * std::max(1, std::min(per_sm, Cfg::kCtasPerSm)));
+  // Every CTA of the grid is resident at once (none waits for another to finish), without asking the driver:
+  // the launch bounds keep the registers within 65536 / (kThreads * kCtasPerSm), and kCtasPerSm CTAs of the
+  // largest table's shared memory, plus the 1 KB the SM reserves per CTA, fit in an SM90 SM's 228 KB.
+  static_assert(Cfg::kCtasPerSm * (Cfg::smem_bytes(Cfg::kMaxTableEntries) + 1024) <= 228 * 1024,
+                "kCtasPerSm CTAs of the largest table fit in one SM's shared memory");
+  const unsigned grid = static_cast<unsigned>(num_sms * Cfg::kCtasPerSm);
   kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(p, segments);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -411,6 +412,7 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int
         if constexpr (sizeof(T) == 2) {
           if (column_kernel && p.seg_pad == 0 && segments.num_segments <= quant::kMaxWarpSegments &&
               segments.num_row_blocks <= quant::SegmentsCarryConfig::kMaxTableEntries &&
+              p.cols <= quant::SegmentsCarryConfig::kMaxCols &&
               want_segments_carry(p.rows, p.cols, segments.num_segments)) {
             launch_segments_carry<T>(p, segments, num_sms, stream);
             return;

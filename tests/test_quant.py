@@ -490,6 +490,33 @@ def test_gpu_special_blocks(op, dtype):
         _check_gpu_op(op, x, ue8m0)
 
 
+@sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kernel", ["tma", "carry"])
+def test_gpu_segments_special_blocks(kernel, dtype, monkeypatch):
+    # The segments cast of both kernels (WGRAD_SEGMENT_KERNEL) on zero, huge, tiny, NaN and Inf blocks in
+    # unaligned segments: a NaN or Inf poisons its block's column only (scale and every q NaN), in the
+    # block of its own segment.
+    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", kernel)
+    x = _random_x(1000, 400, torch.float32, seed=41)
+    x[:130, :] = 0
+    x[5, :] = -0.0
+    big = 6e4 if dtype == torch.float16 else 1e30
+    x[140, 10] = big
+    x[200, 300] = -big
+    x[150:160, 200:210] = 1e-7
+    x[250, 50] = float("nan")   # segment 1 (rows 37-299)
+    x[260, 390] = float("inf")
+    x[270, 150] = float("-inf")
+    x[301, 7] = float("nan")    # segment 2's first block (rows 300-427)
+    x[999, 399] = float("nan")  # the last row
+    sizes = torch.tensor([37, 263, 0, 411, 289], dtype=torch.int32)
+    assert int(sizes.sum()) == x.shape[0]
+    x = x.to(dtype)
+    for ue8m0 in (False, True):
+        _check_gpu_op("segments", x, ue8m0, sizes)
+
+
 def _rounding_edge_cases(rows: int, seed: int = 53) -> torch.Tensor:
     """float32 [rows, 128] rows that each form one block: element 0 fixes the amax A (so the scale is
     s = RN(A / 448)), the others sit where x / s is hard to round right: e4m3 rounding boundaries M * s (ties
@@ -599,7 +626,7 @@ def test_gpu_segments_carry_kernel(rows, cols, groups, seed, dtype, monkeypatch)
     # WGRAD_SEGMENT_KERNEL=carry takes the kernel of quantize_segments_carry.cuh for unpadded 16-bit casts of
     # at most 32 segments (all of these): each CTA one range of tiles in column-major order, walked up (even
     # CTAs) or down (odd), the sectors a range's neighbouring blocks share stored whole from its ring, those
-    # it shares with another range a byte per lane. Segment starts at every offset within a sector, segments
+    # it shares with another range in aligned pieces. Segment starts at every offset within a sector, segments
     # shorter than a sector (one block inside one sector, several in a row), empty ones; both scale modes;
     # sizes that are invalid only because their sum is off by one give NaN scales.
     monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")

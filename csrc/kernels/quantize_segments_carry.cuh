@@ -25,14 +25,16 @@
 //   4. store what is complete: every sector of q_t in [S, E) whole from the ring, where [S, E) runs from
 //      what the range has written so far to the last sector the tile completes. The bytes of a sector the
 //      next tile of the range shares stay in the ring and are stored whole with it.
-// A range's first and last tiles share a sector with another CTA's range: those bytes are stored a byte per
-// lane (the only partial sectors). Even CTAs walk their range up, odd ones down, so the two parts of such a
+// A range's first and last tiles share a sector with another CTA's range: those bytes are stored in aligned
+// pieces of 1-16 bytes, a thread per row (the only partial sectors). Even CTAs walk their range up, odd ones down, so the two parts of such a
 // sector are written at about the same time (both at the start or both at the end of the launch): parts
 // written far apart cost much more (docs/perf-notes.md, session 25, run 7). The row mapping, the walk and
 // the store plan are segments_carry_plan.h's, which tests/cpp/test_segments_carry_plan.cpp replays.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "layout.h"
 #include "quantize.cuh"
@@ -51,6 +53,7 @@ struct SegmentsCarryConfig {
   static constexpr int kRingBytes = kCarryRingBytes;  // per q_t row: a tile's 128 bytes plus <= 31 carried
   static constexpr int kRingWords = kRingBytes / 4;
   static constexpr int kMaxTableEntries = 2048; // scale columns (row blocks) whose table fits in shared memory
+  static constexpr int64_t kMaxCols = int64_t{1} << 22;  // a block's row offsets in bytes fit in 31 bits
   // Shared memory: the ring, the per-warp column maxima, the scales and their reciprocals, the table.
   static constexpr int kRingSmem = kTileCols * kRingBytes;               // 32 KB
   static constexpr int kMaximaSmem = kWarps * (kTileCols / 2) * 4;       // 2 KB: column pairs per warp
@@ -93,6 +96,56 @@ __device__ __forceinline__ uint4 zero_from(uint4 v, int from) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// Stores S bytes of q_t row `q_row` at `pos` (aligned to S, inside one 16-byte chunk) from ring row `row`;
+// bytes at columns >= rows (q_t's zero columns after R) as 0.
+template <int S>
+__device__ __forceinline__ void carry_store_piece(uint8_t* q_row, const uint8_t* ring_bytes, int row, int64_t pos,
+                                                  int64_t rows) {
+  const uint8_t* src = ring_bytes + 4 * carry_ring_word(row, pos) + (pos & 3);
+  const int keep = static_cast<int>(rows - pos < S ? rows - pos : S);  // bytes before column R (may be <= 0)
+  if constexpr (S == 16) {
+    uint4 v = *reinterpret_cast<const uint4*>(src);
+    if (keep < S) v = zero_from(v, keep);
+    *reinterpret_cast<uint4*>(q_row + pos) = v;
+  } else if constexpr (S == 8) {
+    uint2 v = *reinterpret_cast<const uint2*>(src);
+    if (keep < S) {
+      const uint4 t = zero_from(make_uint4(v.x, v.y, 0u, 0u), keep);
+      v = make_uint2(t.x, t.y);
+    }
+    *reinterpret_cast<uint2*>(q_row + pos) = v;
+  } else if constexpr (S == 4) {
+    uint32_t v = *reinterpret_cast<const uint32_t*>(src);
+    if (keep < S) v = zero_from(make_uint4(v, 0u, 0u, 0u), keep).x;
+    *reinterpret_cast<uint32_t*>(q_row + pos) = v;
+  } else if constexpr (S == 2) {
+    uint16_t v = *reinterpret_cast<const uint16_t*>(src);
+    if (keep < S) v = keep <= 0 ? uint16_t{0} : static_cast<uint16_t>(v & 0xFFu);
+    *reinterpret_cast<uint16_t*>(q_row + pos) = v;
+  } else {
+    static_assert(S == 1, "pieces of 1, 2, 4, 8 or 16 bytes");
+    q_row[pos] = keep > 0 ? *src : uint8_t{0};
+  }
+}
+
+// Stores bytes [from, from + len) of q_t row `q_row` (inside one sector) from ring row `row` in the aligned
+// pieces of carry_piece_taken (at most 9 stores, each contiguous in the ring too).
+__device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* ring_bytes, int row, int64_t from,
+                                                 int len, int64_t rows) {
+  int64_t cur = from;
+  const int64_t end = from + len;
+  auto step = [&](auto k_tag) {
+    constexpr int kStep = decltype(k_tag)::value, kSize = carry_piece_size(kStep);
+    if (carry_piece_taken(kStep, cur, end)) {
+      carry_store_piece<kSize>(q_row, ring_bytes, row, cur, rows);
+      cur += kSize;
+    }
+  };
+  [&]<int... kSteps>(std::integer_sequence<int, kSteps...>) {
+    (step(std::integral_constant<int, kSteps>{}), ...);
+  }(std::make_integer_sequence<int, 9>{});
+}
+
 template <typename T>
 __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryConfig::kCtasPerSm)
     quantize_fp8_1x128_segments_carry_kernel(const QuantizeParams p, const SegmentTableArgs seg_args) {
@@ -126,42 +179,44 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
   const CarryRange walk = carry_range(int64_t{used} * col_tiles, blockIdx.x, gridDim.x);
   if (walk.first >= walk.last) return;
   const bool up = walk.up;
-  auto tile_at = [&](int64_t idx) { return carry_walk_tile(walk, idx, used); };
   const int64_t count = walk.last - walk.first;
   const T* x = static_cast<const T*>(p.x);
 
   uint4 raw[Cfg::kRowsPerThread];
+  // (Address arithmetic in 32 bits from a per-tile base: r * row_bytes < 128 * 2 * kMaxCols = 2^30; the host
+  // sends wider x to the TMA kernel.)
+  const int32_t cols32 = static_cast<int32_t>(cols), row_bytes = cols32 * static_cast<int32_t>(sizeof(T));
   auto issue_loads = [&](const CarryTile& tile) {
     const RowBlock blk = table[tile.b];
-    const int64_t col = int64_t{tile.c} * Cfg::kTileCols + 8 * m;
+    const int32_t col = tile.c * Cfg::kTileCols + 8 * m;
     const int shift = blk.out_start & 7;
+    const int rows_here = col < cols32 ? blk.row_count : 0;
+    const char* base = reinterpret_cast<const char*>(x + (int64_t{blk.row_start} * cols + col));
 #pragma unroll
     for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
       const int r = carry_block_row(pg, i, shift);
-      raw[i] = make_uint4(0u, 0u, 0u, 0u);
-      if (r < blk.row_count && col < cols) {
-        raw[i] = __ldg(reinterpret_cast<const uint4*>(x + (int64_t{blk.row_start} + r) * cols + col));
-      }
+      raw[i] = r < rows_here ? __ldg(reinterpret_cast<const uint4*>(base + r * row_bytes)) : make_uint4(0u, 0u, 0u, 0u);
     }
   };
-  issue_loads(tile_at(0));
+  // The walk as a cursor: one division for the first tile, then carry_step (no 64-bit divisions per tile).
+  CarryTile tile = carry_walk_tile(walk, 0, used), prev = tile;
+  issue_loads(tile);
 
   // What the range has stored of q_t's columns in the current run of contiguous tiles: up, every column
   // before `done`; down, every column from `done` on.
   int64_t done = 0;
-  for (int64_t idx = 0; idx < count; ++idx) {
-    const CarryTile tile = tile_at(idx);
+  for (int64_t idx = 0; idx < count; ++idx, prev = tile, tile = carry_step(walk, tile, used)) {
     const RowBlock blk = table[tile.b];
     const int64_t a = blk.out_start, e = a + blk.row_count;
     // The tiles before and after this one in the walk: contiguous in q_t when they are the neighbouring
     // blocks of the same column tile.
-    auto contiguous = [&](int64_t j) {
-      if (j < 0 || j >= count) return false;
-      const CarryTile o = tile_at(j);
+    const CarryTile next = carry_step(walk, tile, used);
+    auto contiguous = [&](bool before, const CarryTile& o) {
       const RowBlock ob = table[o.b];
-      return carry_contiguous(up, j < idx, tile.c, a, e, o, ob.out_start, ob.row_count);
+      return carry_contiguous(up, before, tile.c, a, e, o, ob.out_start, ob.row_count);
     };
-    const bool carried_in = contiguous(idx - 1), carry_out = contiguous(idx + 1);
+    const bool carried_in = idx > 0 && contiguous(true, prev);
+    const bool carry_out = idx + 1 < count && contiguous(false, next);
 
     // 2. Column maxima of |x| as bits, two columns per word (16-bit types).
     uint32_t mx[4] = {0u, 0u, 0u, 0u};
@@ -262,11 +317,11 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
     // The next tile's loads in flight while this tile is stored. (Issued right after the maxima, with the
     // tile's x kept in shared memory for the quantization, they ran 13-20 points slower: 32 KB more shared
     // memory per CTA leaves the L1 too small for three CTAs' loads in flight.)
-    if (idx + 1 < count) issue_loads(tile_at(idx + 1));
+    if (idx + 1 < count) issue_loads(next);
     __syncthreads();
 
-    // 4. Store [S, E): whole sectors from the ring, the parts of sectors shared with another range a byte
-    // per lane.
+    // 4. Store [S, E): whole sectors from the ring, the parts of sectors shared with another range in
+    // aligned pieces.
     const int64_t end = last_block ? ldq : e;  // (the last block has no next one: never carry_out)
     const CarryStoreRange range = carry_store_range(up, carried_in, carry_out, a, e, end, done);
     const int64_t S = range.from, E = range.to;
@@ -290,19 +345,15 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
           }
         }
       }
-      // The partial sectors: [S, S + head) and [tail_from, tail_from + tail).
-      const int head = sectors.head, tail = sectors.tail;
-      const int64_t tail_from = sectors.tail_from;
-      const uint8_t* ring_bytes = reinterpret_cast<const uint8_t*>(ring);
-      for (int i = lane; i < head + tail; i += 32) {
-        const int64_t pos = i < head ? S + i : tail_from + (i - head);
-#pragma unroll 4
-        for (int j = 0; j < 16; ++j) {
-          const int row = 16 * warp + j;
-          if (row0 + row < cols) {
-            p.q_t[(row0 + row) * ldq + pos] = pos < p.rows ? ring_bytes[4 * carry_ring_word(row, pos) + (pos & 3)] : 0;
-          }
-        }
+      // The partial sectors: [S, S + head) and [tail_from, tail_from + tail), each inside one sector. Threads
+      // 0-127 store row tid's head bytes, 128-255 row tid - 128's tail bytes (the same offsets in every row:
+      // a warp takes one path), in aligned pieces from the ring (carry_store_part).
+      const bool tail_part = tid >= Cfg::kTileCols;
+      const int row = tid & (Cfg::kTileCols - 1);
+      const int len = tail_part ? sectors.tail : sectors.head;
+      if (len > 0 && row0 + row < cols) {
+        carry_store_part(p.q_t + (row0 + row) * ldq, reinterpret_cast<const uint8_t*>(ring), row,
+                         tail_part ? sectors.tail_from : S, len, p.rows);
       }
     }
   }

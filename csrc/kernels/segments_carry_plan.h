@@ -19,8 +19,10 @@ constexpr int32_t kCarryRingBytes = 256;  // bytes of the ring per q_t row
 // 8 pg - shift + i (i < 8: group pg of the block's groups), row group 0 the block's first 8 - shift rows
 // (bytes [shift, 8) of group 0) and its last `shift` rows (bytes [0, shift) of group 16). Byte i of a
 // thread's group is row carry_block_row(pg, i, shift).
+// (One expression: 8 pg - shift + i is in [1, 127] for pg >= 1 and in [-7, 7] for pg = 0, where the
+// negative values wrap to the block's last rows.)
 WGRAD_HOST_DEVICE inline int carry_block_row(int pg, int i, int shift) {
-  return pg > 0 ? 8 * pg - shift + i : (i >= shift ? i - shift : kCarryBlockRows - shift + i);
+  return (8 * pg - shift + i) & (kCarryBlockRows - 1);
 }
 
 // Whether the automatic choice (WGRAD_SEGMENT_KERNEL unset or auto) takes this kernel for an unpadded cast of
@@ -54,6 +56,13 @@ struct CarryTile {
 WGRAD_HOST_DEVICE inline CarryTile carry_walk_tile(const CarryRange& r, int64_t idx, int32_t used) {
   const int64_t t = r.up ? r.first + idx : r.last - 1 - idx;
   return CarryTile{static_cast<int32_t>(t % used), static_cast<int32_t>(t / used)};
+}
+
+// The tile after `t` in the walk (the same as carry_walk_tile at the next step, without its 64-bit
+// divisions): one block on, into the next (up) or previous (down) column tile at the ends.
+WGRAD_HOST_DEVICE inline CarryTile carry_step(const CarryRange& r, CarryTile t, int32_t used) {
+  if (r.up) return t.b + 1 < used ? CarryTile{t.b + 1, t.c} : CarryTile{0, t.c + 1};
+  return t.b > 0 ? CarryTile{t.b - 1, t.c} : CarryTile{used - 1, t.c - 1};
 }
 
 // Whether the tile `other` (block bytes [other_start, other_start + other_count)), which the walk takes
@@ -111,6 +120,15 @@ WGRAD_HOST_DEVICE inline CarrySectors carry_sectors(int64_t from, int64_t to) {
   s.tail_from = s.whole_to > s.whole_from ? s.whole_to : s.whole_from;
   s.tail = (to & (kCarrySector - 1)) && s.tail_from < to ? static_cast<int32_t>(to - s.tail_from) : 0;
   return s;
+}
+
+// The bytes [from, end) of a part (inside one sector) stored in aligned pieces: step k = 0 .. 8 stores
+// carry_piece_size(k) bytes at the cursor when carry_piece_taken says so and then moves the cursor on. Steps
+// 0-3 (1, 2, 4, 8) align the cursor to 16 while bytes are left, step 4 stores a whole 16-byte chunk, steps
+// 5-8 (8, 4, 2, 1) the rest; every piece is aligned to its size, so none crosses a 16-byte chunk.
+WGRAD_HOST_DEVICE constexpr int carry_piece_size(int k) { return k < 4 ? 1 << k : 16 >> (k - 4); }
+WGRAD_HOST_DEVICE constexpr bool carry_piece_taken(int k, int64_t cur, int64_t end) {
+  return (k >= 4 || (cur & carry_piece_size(k)) != 0) && cur + carry_piece_size(k) <= end;
 }
 
 }  // namespace wgrad::quant

@@ -2,7 +2,7 @@
 # One device call: the working tree's build against a base tree's (scripts/experiments/base.tar, `git archive
 # HEAD csrc python scripts setup.py`), built side by side; the quantization GPU tests on the working tree;
 # the segments casts' order sweep in both builds, interleaved; the quantization benchmark of the working tree.
-# Logs under $OUT. Env: AB_ORDERS (auto,1), AB_KINDS (segments,segments16), AB_SHAPES (the benchmark's), AB_ROUNDS
+# Logs under $OUT. Env: AB_TESTS (quant, or all), AB_ORDERS (auto,1), AB_KINDS (segments,segments16), AB_SHAPES (the benchmark's), AB_ROUNDS
 # (2: new, base, new, base, ...).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,8 +23,10 @@ wait
 echo "builds $(( $(date +%s) - t0 )) s; spills: $(grep -c -E '[1-9][0-9]* bytes spill stores' "$OUT/build.log")"
 NEW=$PWD/python:/tmp/site; BASE=/tmp/wgrad_base/python:/tmp/site
 t0=$(date +%s)
-PYTHONPATH=$NEW timeout 300 python3 -m pytest tests/test_quant.py tests/test_quant_padded.py -q -x -k "gpu or cuda" > "$OUT/pytest.log" 2>&1
-echo "quant tests rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest.log")"
+# (AB_TESTS=all: every GPU test of the working tree, as scripts/device_run.sh runs them.)
+if [ "${AB_TESTS:-quant}" = all ]; then TESTS=(tests); else TESTS=(tests/test_quant.py tests/test_quant_padded.py); fi
+PYTHONPATH=$NEW timeout 300 python3 -m pytest "${TESTS[@]}" -q -x -k "gpu or cuda" > "$OUT/pytest.log" 2>&1
+echo "tests (${AB_TESTS:-quant}) rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest.log")"
 grep -E "FAILED|Error" "$OUT/pytest.log" | head -10
 ORDERS=${AB_ORDERS:-auto,1}; KINDS=${AB_KINDS:-segments,segments16}
 SHAPES=${AB_SHAPES:-8192,2112 8192,4096 4096,7168 16384,7168 4096,24576}

@@ -59,6 +59,11 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
   for (int64_t cta = 0; cta < ctas; ++cta) {
     const CarryRange walk = carry_range(int64_t{used} * col_tiles, cta, ctas);
     const int64_t count = walk.last - walk.first;
+    for (int64_t idx = 0; idx + 1 < count; ++idx) {  // the kernel's cursor walks the same tiles
+      const CarryTile stepped = carry_step(walk, carry_walk_tile(walk, idx, used), used);
+      const CarryTile expected = carry_walk_tile(walk, idx + 1, used);
+      ASSERT_TRUE(stepped.b == expected.b && stepped.c == expected.c) << "cta " << cta << " step " << idx;
+    }
     int64_t done = 0, run_begin = 0, run_end = 0;  // the q_t columns the current run has produced
     for (int64_t idx = 0; idx < count; ++idx) {
       const CarryTile tile = carry_walk_tile(walk, idx, used);
@@ -201,6 +206,39 @@ TEST(SegmentsCarryPlan, SectorAlignedSplitsStoreNoParts) {
     Stats stats;
     replay({256, 32, 0, 96, 1024, 64, 3008}, 4, ctas, &stats);
     EXPECT_EQ(stats.partial_sectors, 0) << ctas << " CTAs";
+  }
+}
+
+TEST(SegmentsCarryPlan, PartsStoredInAlignedPieces) {
+  // A part is never a whole sector (carry_sectors stores those whole): head and tail < 32 for any range.
+  for (int64_t from = 0; from < 96; ++from) {
+    for (int64_t to = from + 1; to < 200; ++to) {
+      const CarrySectors sec = carry_sectors(from, to);
+      ASSERT_LT(sec.head, kCarrySector) << from << ", " << to;
+      ASSERT_LT(sec.tail, kCarrySector) << from << ", " << to;
+    }
+  }
+  // Every part a tile can store (bytes [from, from + len) inside one sector, len < 32, at any offset): the
+  // pieces cover it exactly, in order, each aligned to its size (so inside one 16-byte chunk).
+  for (int64_t base : {int64_t{0}, int64_t{4096}, (int64_t{1} << 33) + 64}) {
+    for (int offset = 0; offset < kCarrySector; ++offset) {
+      for (int len = 1; len < kCarrySector && offset + len <= kCarrySector; ++len) {
+        const int64_t from = base + offset, end = from + len;
+        int64_t cur = from;
+        int pieces = 0;
+        for (int k = 0; k < 9; ++k) {
+          if (!carry_piece_taken(k, cur, end)) continue;
+          const int size = carry_piece_size(k);
+          EXPECT_EQ(cur % size, 0) << from << " + " << len << ", step " << k;
+          EXPECT_EQ(cur / 16, (cur + size - 1) / 16) << from << " + " << len << ", step " << k;
+          EXPECT_LE(cur + size, end);
+          cur += size;
+          ++pieces;
+        }
+        EXPECT_EQ(cur, end) << "part " << from << " + " << len << " not covered";
+        EXPECT_LE(pieces, 9);
+      }
+    }
   }
 }
 
