@@ -7,10 +7,10 @@
 // sector is written once and whole, in this kernel's order; the TMA kernel's unaligned segments cast ran
 // at 64-74 %.
 // Status: the automatic choice for R >= 16384, >= 1024 rows per segment, C >= 2048 (carry_kernel_by_default; the
-// knob WGRAD_SEGMENT_KERNEL in quantize.cu forces either kernel). On the H200 it beats the TMA kernel there
-// by 1.3-8.4 points of a copy (session 29's sweep: 16384 x 7168 unaligned 75.0 against 73.0, 16384 x 24576
-// 78.8 against 73.4) and trails it where R = 4096 (more partial blocks per column) and on one segment at the
-// small shapes (docs/perf-notes.md, sessions 28-29).
+// knob WGRAD_SEGMENT_KERNEL in quantize.cu forces either kernel). Since session 30 (fewer instructions per
+// tile) it beats the TMA kernel on every split cast measured, 4096-16384 rows x 2112-24576 features, by 4-11
+// points of a copy (8192 x 4096 unaligned 75.4 against 65.7, 16384 x 7168 80.9 against 73.0), and ties or
+// beats it on one segment; the rule has not been widened to that yet (docs/perf-notes.md, sessions 28-30).
 //
 // Structure: a plain (not warp-specialized) persistent kernel, kCtasPerSm CTAs of 256 threads per SM, each
 // CTA one contiguous range of the tiles in column-major order (tile = one block of <= 128 rows of one
@@ -26,10 +26,11 @@
 //      what the range has written so far to the last sector the tile completes. The bytes of a sector the
 //      next tile of the range shares stay in the ring and are stored whole with it.
 // A range's first and last tiles share a sector with another CTA's range: those bytes are stored in aligned
-// pieces of 1-16 bytes, a thread per row (the only partial sectors). Even CTAs walk their range up, odd ones down, so the two parts of such a
-// sector are written at about the same time (both at the start or both at the end of the launch): parts
-// written far apart cost much more (docs/perf-notes.md, session 25, run 7). The row mapping, the walk and
-// the store plan are segments_carry_plan.h's, which tests/cpp/test_segments_carry_plan.cpp replays.
+// pieces of 1-16 bytes, a thread per row (the only partial sectors). Even CTAs walk their range up, odd ones
+// down, so the two parts of such a sector are written at about the same time (both at the start or both at
+// the end of the launch): parts written far apart cost much more (docs/perf-notes.md, session 25, run 7).
+// The row mapping, the walk and the store plan are segments_carry_plan.h's, which
+// tests/cpp/test_segments_carry_plan.cpp replays.
 #pragma once
 
 #include <cstdint>
