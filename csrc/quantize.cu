@@ -168,10 +168,10 @@ int64_t colwise_grid(int64_t tiles, int groups, int num_sms) {
 }
 
 // The kernel of the unpadded segments cast with 16-bit x, at most kMaxWarpSegments segments and a table of at
-// most SegmentsCarryConfig::kMaxTableEntries entries: "carry" (quantize_segments_carry.cuh: every shared
-// sector written whole), "tma" (the persistent TMA kernel of the other casts) or "auto" (carry where
-// carry_kernel_by_default measured it faster: R >= 16384, at least 1024 rows per segment, C >= 2048). Knob
-// WGRAD_SEGMENT_KERNEL, read at every call; default auto.
+// most SegmentsCarryConfig<128, 8>::kMaxTableEntries entries: "carry" (quantize_segments_carry.cuh: every
+// shared sector written whole), "tma" (the persistent TMA kernel of the other casts) or "auto" (carry where
+// carry_kernel_by_default measured it faster: two or more segments, R >= 4096, at least 256 rows per
+// segment, C >= 2048, R x C >= 2^24). Knob WGRAD_SEGMENT_KERNEL, read at every call; default auto.
 bool want_segments_carry(int64_t rows, int64_t cols, int64_t segments) {
   const char* v = std::getenv("WGRAD_SEGMENT_KERNEL");
   if (v == nullptr || std::strcmp(v, "auto") == 0) return quant::carry_kernel_by_default(rows, cols, segments);
@@ -179,6 +179,19 @@ bool want_segments_carry(int64_t rows, int64_t cols, int64_t segments) {
   if (std::strcmp(v, "carry") == 0) return true;
   TORCH_CHECK(false, "WGRAD_SEGMENT_KERNEL must be auto, carry or tma, got '", v, "'");
   return false;
+}
+
+// The carry kernel's tile: columns x rows per thread (SegmentsCarryConfig), "128x8", "64x8" or "64x4"; knob
+// WGRAD_CARRY_TILE, read at every call; default 128x8. (Others only where the segment table fits their
+// shared memory, else 128x8.)
+enum class CarryTile { k128x8, k64x8, k64x4 };
+CarryTile carry_tile() {
+  const char* v = std::getenv("WGRAD_CARRY_TILE");
+  if (v == nullptr || std::strcmp(v, "128x8") == 0) return CarryTile::k128x8;
+  if (std::strcmp(v, "64x8") == 0) return CarryTile::k64x8;
+  if (std::strcmp(v, "64x4") == 0) return CarryTile::k64x4;
+  TORCH_CHECK(false, "WGRAD_CARRY_TILE must be 128x8, 64x8 or 64x4, got '", v, "'");
+  return CarryTile::k128x8;
 }
 
 // The segments kernel's automatic tile order, tabulated here for every count of used row blocks B the
@@ -341,13 +354,13 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// The segments cast with carried sectors: SegmentsCarryConfig::kCtasPerSm CTAs per SM, each one contiguous
+// The segments cast with carried sectors: SegmentsCarryConfig<...>::kCtasPerSm CTAs per SM, each one contiguous
 // range of the tiles (quantize_segments_carry.cuh).
-template <typename T>
+template <typename T, int kTileCols, int kRowsPerThread>
 void launch_segments_carry(const QuantizeParams& p, const quant::SegmentTableArgs& segments, int num_sms,
                            cudaStream_t stream) {
-  using Cfg = quant::SegmentsCarryConfig;
-  auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T>;
+  using Cfg = quant::SegmentsCarryConfig<kTileCols, kRowsPerThread>;
+  auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T, kTileCols, kRowsPerThread>;
   const int smem_bytes = Cfg::smem_bytes(segments.num_row_blocks);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   // Every CTA of the grid is resident at once (none waits for another to finish), without asking the driver:
@@ -410,11 +423,20 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int
             quant::ColwiseSm90Config<T, kMode, quant::SegmentTiles::kPacked>::kTableEntries;
         static_assert(kPackedEntries <= kEntries, "a table that packed tiles take is built in the kernel");
         if constexpr (sizeof(T) == 2) {
+          using Carry128 = quant::SegmentsCarryConfig<128, 8>;
+          using Carry64x8 = quant::SegmentsCarryConfig<64, 8>;
+          using Carry64x4 = quant::SegmentsCarryConfig<64, 4>;
           if (column_kernel && p.seg_pad == 0 && segments.num_segments <= quant::kMaxWarpSegments &&
-              segments.num_row_blocks <= quant::SegmentsCarryConfig::kMaxTableEntries &&
-              p.cols <= quant::SegmentsCarryConfig::kMaxCols &&
+              segments.num_row_blocks <= Carry128::kMaxTableEntries && p.cols <= Carry128::kMaxCols &&
               want_segments_carry(p.rows, p.cols, segments.num_segments)) {
-            launch_segments_carry<T>(p, segments, num_sms, stream);
+            const CarryTile tile = carry_tile();
+            if (tile == CarryTile::k64x8 && segments.num_row_blocks <= Carry64x8::kMaxTableEntries) {
+              launch_segments_carry<T, 64, 8>(p, segments, num_sms, stream);
+            } else if (tile == CarryTile::k64x4 && segments.num_row_blocks <= Carry64x4::kMaxTableEntries) {
+              launch_segments_carry<T, 64, 4>(p, segments, num_sms, stream);
+            } else {
+              launch_segments_carry<T, 128, 8>(p, segments, num_sms, stream);
+            }
             return;
           }
         }

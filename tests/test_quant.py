@@ -492,12 +492,14 @@ def test_gpu_special_blocks(op, dtype):
 
 @sm90
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kernel", ["tma", "carry"])
+@pytest.mark.parametrize("kernel", ["tma", "carry:128x8", "carry:64x8", "carry:64x4"])
 def test_gpu_segments_special_blocks(kernel, dtype, monkeypatch):
-    # The segments cast of both kernels (WGRAD_SEGMENT_KERNEL) on zero, huge, tiny, NaN and Inf blocks in
-    # unaligned segments: a NaN or Inf poisons its block's column only (scale and every q NaN), in the
-    # block of its own segment.
-    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", kernel)
+    # The segments cast of both kernels (WGRAD_SEGMENT_KERNEL; the carry kernel's tile shapes, WGRAD_CARRY_TILE)
+    # on zero, huge, tiny, NaN and Inf blocks in unaligned segments: a NaN or Inf poisons its block's column
+    # only (scale and every q NaN), in the block of its own segment.
+    name, _, tile = kernel.partition(":")
+    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", name)
+    monkeypatch.setenv("WGRAD_CARRY_TILE", tile or "128x8")
     x = _random_x(1000, 400, torch.float32, seed=41)
     x[:130, :] = 0
     x[5, :] = -0.0
@@ -615,21 +617,26 @@ def test_gpu_segments_long_runs_of_blocks(dtype, order, monkeypatch):
 
 
 @sm90
+@pytest.mark.parametrize("tile", ["128x8", "64x8", "64x4"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows,cols,groups,seed", [
-    (200_000, 264, 32, 101),  # long ranges of consecutive blocks, a partial last column tile
+    (200_000, 264, 32, 101),  # long ranges of consecutive blocks, a partial last column tile (64x8: a
+                              # table too large for its shared memory, so 128x8)
+    (100_000, 264, 32, 111),  # the same with a table every tile shape takes
     (6000, 1000, 9, 103),     # ranges of ~2 tiles: most sectors shared between two CTAs' ranges
     (700, 1032, 32, 107),     # more CTAs than tiles: one-tile ranges, many tiny and empty segments
     (3001, 2048, 5, 109),     # R % 16 == 9: the last block stores q_t's zero columns [R, align16(R))
 ])
-def test_gpu_segments_carry_kernel(rows, cols, groups, seed, dtype, monkeypatch):
+def test_gpu_segments_carry_kernel(rows, cols, groups, seed, dtype, tile, monkeypatch):
     # WGRAD_SEGMENT_KERNEL=carry takes the kernel of quantize_segments_carry.cuh for unpadded 16-bit casts of
     # at most 32 segments (all of these): each CTA one range of tiles in column-major order, walked up (even
     # CTAs) or down (odd), the sectors a range's neighbouring blocks share stored whole from its ring, those
     # it shares with another range in aligned pieces. Segment starts at every offset within a sector, segments
     # shorter than a sector (one block inside one sector, several in a row), empty ones; both scale modes;
-    # sizes that are invalid only because their sum is off by one give NaN scales.
+    # sizes that are invalid only because their sum is off by one give NaN scales. Every tile shape
+    # (WGRAD_CARRY_TILE: columns x rows per thread).
     monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
+    monkeypatch.setenv("WGRAD_CARRY_TILE", tile)
     head = [5, 17, 31, 1, 16, 0, 33, 3, 2, 29, 64, 7, 0, 0, 48, 1, 129, 127, 15, 31, 1]
     head = head[: min(len(head), groups - 2)]
     if sum(head) > rows // 2:
@@ -649,15 +656,17 @@ def test_gpu_segments_carry_kernel(rows, cols, groups, seed, dtype, monkeypatch)
 @sm90
 @pytest.mark.parametrize("kernel", [None, "auto", "tma"])
 def test_gpu_segments_automatic_kernel_choice(kernel, monkeypatch):
-    # 16384 x 2048 in 8 random segments (2048 rows each on average): the automatic choice takes the carry
-    # kernel (carry_kernel_by_default in segments_carry_plan.h), tma forces the TMA kernel; the bits are the
-    # reference's either way. 16384 x 1024 and 16383 x 2048: below the rule, the TMA kernel.
+    # 4096 x 4096 in 8 and 16 random segments (256 rows each on average or more, R x C = 2^24): the automatic
+    # choice takes the carry kernel (carry_kernel_by_default in segments_carry_plan.h), tma forces the TMA
+    # kernel; the bits are the reference's either way. 4096 x 2112 (R x C < 2^24), 4095 x 4096, 4096 x 4096 in
+    # 17 segments and 16384 x 2040: below the rule, the TMA kernel.
     if kernel is None:
         monkeypatch.delenv("WGRAD_SEGMENT_KERNEL", raising=False)
     else:
         monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", kernel)
-    for rows, cols, seed in ((16384, 2048, 113), (16384, 1024, 127), (16383, 2048, 131)):
-        sizes = _random_split(rows, 8, seed=seed)
+    for rows, cols, groups, seed in ((4096, 4096, 8, 113), (4096, 4096, 16, 117), (4096, 2112, 8, 127),
+                                     (4095, 4096, 8, 131), (4096, 4096, 17, 137), (16384, 2040, 8, 139)):
+        sizes = _random_split(rows, groups, seed=seed)
         x = _random_x(rows, cols, torch.bfloat16, seed=seed)
         _check_gpu_op("segments", x, False, sizes)
 
@@ -856,8 +865,11 @@ _ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip 
     ("WGRAD_COLWISE_GRID", "0", "colwise", "WGRAD_COLWISE_GRID must be full, even or a CTA count >= 1, got '0'"),
     ("WGRAD_SEGMENTS_PACKED", "yes", "segments", "WGRAD_SEGMENTS_PACKED must be 0, 1 or auto, got 'yes'"),
     ("WGRAD_SEGMENT_KERNEL", "tmaa", "segments", "WGRAD_SEGMENT_KERNEL must be auto, carry or tma, got 'tmaa'"),
+    ("WGRAD_CARRY_TILE", "64", "segments", "WGRAD_CARRY_TILE must be 128x8, 64x8 or 64x4, got '64'"),
 ])
 def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypatch):
+    if var == "WGRAD_CARRY_TILE":  # (read only when the carry kernel is taken)
+        monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
     monkeypatch.setenv(var, value)
     x = torch.randn(300, 128, device="cuda", dtype=torch.bfloat16)
     sizes = torch.tensor([100, 200], dtype=torch.int32, device="cuda")

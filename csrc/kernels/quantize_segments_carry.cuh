@@ -6,21 +6,22 @@
 // of a copy when every block writes its own bytes of its two edge sectors, at 80-87 % when every shared
 // sector is written once and whole, in this kernel's order; the TMA kernel's unaligned segments cast ran
 // at 64-74 %.
-// Status: the automatic choice for R >= 16384, >= 1024 rows per segment, C >= 2048 (carry_kernel_by_default; the
-// knob WGRAD_SEGMENT_KERNEL in quantize.cu forces either kernel). Since session 30 (fewer instructions per
-// tile) it beats the TMA kernel on every split cast measured, 4096-16384 rows x 2112-24576 features, by 4-11
-// points of a copy (8192 x 4096 unaligned 75.4 against 65.7, 16384 x 7168 80.9 against 73.0), and ties or
-// beats it on one segment; the rule has not been widened to that yet (docs/perf-notes.md, sessions 28-30).
-//
-// Structure: a plain (not warp-specialized) persistent kernel, kCtasPerSm CTAs of 256 threads per SM, each
-// CTA one contiguous range of the tiles in column-major order (tile = one block of <= 128 rows of one
-// segment x 128 columns of x; the tiles of one column tile follow each other along R). Per tile:
-//   1. 16-byte loads into registers: thread (m, pg) = (tid % 16, tid / 16) holds columns 8 m .. 8 m + 7 of
-//      8 rows of the block, chosen so that their bytes make one aligned 8-byte group of q_t
-//      (carry_block_row; issued during the tile before);
-//   2. column maxima: in registers over the thread's 8 rows, a shuffle, then 8 warps through shared memory;
-//      128 threads turn them into the block's scales (the numerics of quantize_numerics.cuh);
-//   3. quantize, transpose 8 x 8 bytes in registers (each column's 8 rows become 8 bytes of a q_t row) and
+// Status: the automatic choice for two or more segments, R >= 4096, >= 256 rows per segment, C >= 2048 and
+// R x C >= 2^24 (carry_kernel_by_default; the knob WGRAD_SEGMENT_KERNEL in quantize.cu forces either kernel).
+// Since session 30 (fewer instructions per tile) it beats or ties the TMA kernel on every such split cast
+// measured, 4096-16384 rows x 2112-24576 features (8192 x 4096 unaligned 72.2 against 66.1, 16384 x 7168
+// 79.0 against 72.5; docs/perf-notes.md, sessions 28-31). Tile shapes (WGRAD_CARRY_TILE, SegmentsCarryConfig):
+// 128 x 8 the default; 64 x 8 within -3 to +2 points of it, 64 x 4 3-10 points slower (session 31, run 2).
+// Structure: a plain (not warp-specialized) persistent kernel, kCtasPerSm CTAs per SM (the default tile
+// shape: 3 of 256 threads), each CTA one contiguous range of the tiles in column-major order (tile = one
+// block of <= 128 rows of one segment x kTileCols = 128 (or 64) columns of x; the tiles of one column tile
+// follow each other along R). Per tile:
+//   1. 16-byte loads into registers: thread (m, pg) = (tid % kColGroups, tid / kColGroups) holds columns
+//      8 m .. 8 m + 7 of kRowsPerThread = 8 (or 4) rows of the block, chosen so that their bytes make one
+//      aligned group of q_t (carry_block_row; issued during the tile before);
+//   2. column maxima: in registers over the thread's rows, shuffles, then the warps through shared memory;
+//      kTileCols threads turn them into the block's scales (the numerics of quantize_numerics.cuh);
+//   3. quantize, transpose 4 x 4 bytes in registers (each column's rows become bytes of a q_t row) and
 //      write them into a ring of 256 bytes per q_t row, indexed by the absolute q_t column mod 256;
 //   4. store what is complete: every sector of q_t in [S, E) whole from the ring, where [S, E) runs from
 //      what the range has written so far to the last sector the tile completes. The bytes of a sector the
@@ -44,35 +45,48 @@
 
 namespace wgrad::quant {
 
+// kTileColumns: columns of x per tile (rows of q_t), 128 or 64; kRowsPerThread: rows of x a thread holds
+// (bytes of its q_t group), 8 or 4. A tile takes (128 / kRowsPerThread) row groups x (kTileColumns / 8)
+// column groups of threads. 128 x 8 (the default): 256 threads, 3 CTAs per SM. 64 x 8: tiles twice as many,
+// in CTAs of 128 threads, 6 per SM (the same warps and registers per SM, finer ranges). 64 x 4: 256 threads
+// of half the registers, 4 CTAs per SM (a third more warps per SM).
+template <int kTileColumns, int kRowsPerThreadV = 8>
 struct SegmentsCarryConfig {
-  static constexpr int kThreads = 256;
+  static_assert(kTileColumns == 128 || kTileColumns == 64, "tiles of 128 or 64 columns");
+  static_assert(kRowsPerThreadV == 8 || kRowsPerThreadV == 4, "8 or 4 rows per thread");
+  static constexpr int kTileCols = kTileColumns;  // columns of x = rows of q_t per tile
+  static constexpr int kRowsPerThread = kRowsPerThreadV;  // rows of x per thread: bytes of its q_t group
+  static constexpr int kColGroups = kTileCols / 8;  // threads of a row group (8 columns each)
+  static constexpr int kRowGroups = kCarryBlockRows / kRowsPerThread;
+  static constexpr int kThreads = kRowGroups * kColGroups;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kCtasPerSm = 3;          // 3 x 256 threads: up to 85 registers each (4 at 64
-                                                // registers spilled 160 bytes and ran 2-25 points slower)
-  static constexpr int kTileCols = kBlock;      // columns of x = rows of q_t per tile
-  static constexpr int kRowsPerThread = 8;      // rows of x per thread: 8 bytes of a q_t row
+  // 8 rows per thread: 768 threads per SM, up to 85 registers each (4 CTAs of 256 at 64 registers spilled 160
+  // bytes and ran 2-25 points slower); 4 rows: 1024 threads, 64 registers.
+  static constexpr int kCtasPerSm = (kRowsPerThread == 8 ? 768 : 1024) / kThreads;
   static constexpr int kRingBytes = kCarryRingBytes;  // per q_t row: a tile's 128 bytes plus <= 31 carried
   static constexpr int kRingWords = kRingBytes / 4;
-  static constexpr int kMaxTableEntries = 2048; // scale columns (row blocks) whose table fits in shared memory
   static constexpr int64_t kMaxCols = int64_t{1} << 22;  // a block's row offsets in bytes fit in 31 bits
   // Shared memory: the ring, the per-warp column maxima, the scales and their reciprocals, the table.
-  static constexpr int kRingSmem = kTileCols * kRingBytes;               // 32 KB
-  static constexpr int kMaximaSmem = kWarps * (kTileCols / 2) * 4;       // 2 KB: column pairs per warp
-  static constexpr int kScaleSmem = 2 * kTileCols * 4;                   // 1 KB
+  static constexpr int kRingSmem = kTileCols * kRingBytes;               // 32 KB (16 KB)
+  static constexpr int kMaximaSmem = kWarps * (kTileCols / 2) * 4;       // column pairs per warp
+  static constexpr int kScaleSmem = 2 * kTileCols * 4;
   static constexpr int kTableOffset = kRingSmem + kMaximaSmem + kScaleSmem;
   static constexpr int smem_bytes(int64_t table_entries) {
     return kTableOffset + static_cast<int>(table_entries) * static_cast<int>(sizeof(RowBlock));
   }
+  // Scale columns (row blocks) whose table fits in shared memory beside kCtasPerSm - 1 other CTAs (each
+  // with the 1 KB the SM reserves per CTA, in an SM90 SM's 228 KB).
+  static constexpr int kMaxTableEntries = kCtasPerSm * (smem_bytes(2048) + 1024) <= 228 * 1024 ? 2048 : 1024;
+  static_assert(kThreads >= 2 * kTileCols, "the partial sectors: a thread per q_t row for the head, one for the tail");
 };
-static_assert(SegmentsCarryConfig::kThreads == 16 * (SegmentsCarryConfig::kTileCols / 8),
-              "16 row groups of 8 rows x 16 column groups of 8 columns");
 
 // Word index in the ring of q_t column `pos` (absolute) of ring row `row`. Words are XOR-swizzled in
 // units of 4 (a 16-byte chunk stays one aligned chunk) by the row's group of 8, so the 16 lanes of a
 // half-warp, which write rows 8 m + j (m = 0 .. 15), spread over 8 banks instead of one.
 __device__ __forceinline__ int carry_ring_word(int row, int64_t pos) {
-  const int word = static_cast<int>(pos >> 2) & (SegmentsCarryConfig::kRingWords - 1);
-  return row * SegmentsCarryConfig::kRingWords + (word ^ (((row >> 3) & 15) << 2));
+  constexpr int kRingWords = kCarryRingBytes / 4;
+  const int word = static_cast<int>(pos >> 2) & (kRingWords - 1);
+  return row * kRingWords + (word ^ (((row >> 3) & 15) << 2));
 }
 
 // 4 x 4 byte transpose: byte i of out[j] = byte j of in[i].
@@ -147,11 +161,14 @@ __device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* 
   }(std::make_integer_sequence<int, 9>{});
 }
 
-template <typename T>
-__global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryConfig::kCtasPerSm)
+template <typename T, int kTileColumns, int kRowsPerThreadV>
+__global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kThreads,
+                                  SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kCtasPerSm)
     quantize_fp8_1x128_segments_carry_kernel(const QuantizeParams p, const SegmentTableArgs seg_args) {
   static_assert(sizeof(T) == 2, "16-bit x: one 16-byte load per 8 columns");
-  using Cfg = SegmentsCarryConfig;
+  using Cfg = SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>;
+  constexpr int kR = Cfg::kRowsPerThread;
+  constexpr uint32_t kAllRows = (1u << kR) - 1u;
   extern __shared__ __align__(16) uint8_t smem[];
   uint32_t* ring = reinterpret_cast<uint32_t*>(smem);
   uint32_t* maxima = reinterpret_cast<uint32_t*>(smem + Cfg::kRingSmem);  // [warp][column pair]
@@ -160,7 +177,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
   RowBlock* table = reinterpret_cast<RowBlock*>(smem + Cfg::kTableOffset);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int m = tid & 15, pg = tid >> 4;  // column group (8 columns), row group (8 rows)
+  const int m = tid % Cfg::kColGroups, pg = tid / Cfg::kColGroups;  // column group (8 columns), row group (8 rows)
   const SegmentSummary summary = build_segment_table_warps(seg_args, table, warp, Cfg::kWarps);
   __syncthreads();
 
@@ -190,12 +207,12 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
   auto issue_loads = [&](const CarryTile& tile) {
     const RowBlock blk = table[tile.b];
     const int32_t col = tile.c * Cfg::kTileCols + 8 * m;
-    const int shift = blk.out_start & 7;
+    const int shift = blk.out_start & (kR - 1);
     const int rows_here = col < cols32 ? blk.row_count : 0;
     const char* base = reinterpret_cast<const char*>(x + (int64_t{blk.row_start} * cols + col));
 #pragma unroll
     for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
-      const int r = carry_block_row(pg, i, shift);
+      const int r = carry_block_row(pg, i, shift, kR);
       raw[i] = r < rows_here ? __ldg(reinterpret_cast<const uint4*>(base + r * row_bytes)) : make_uint4(0u, 0u, 0u, 0u);
     }
   };
@@ -228,9 +245,15 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
       mx[2] = __vmaxu2(mx[2], raw[i].z & 0x7FFF7FFFu);
       mx[3] = __vmaxu2(mx[3], raw[i].w & 0x7FFF7FFFu);
     }
+    // (The lanes of a warp with the same column group: lane, lane ^ kColGroups, ...)
 #pragma unroll
-    for (int k = 0; k < 4; ++k) mx[k] = __vmaxu2(mx[k], __shfl_xor_sync(0xFFFFFFFFu, mx[k], 16));
-    if (lane < 16) reinterpret_cast<uint4*>(maxima)[warp * 16 + m] = make_uint4(mx[0], mx[1], mx[2], mx[3]);
+    for (int off = Cfg::kColGroups; off < 32; off *= 2) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) mx[k] = __vmaxu2(mx[k], __shfl_xor_sync(0xFFFFFFFFu, mx[k], off));
+    }
+    if (lane < Cfg::kColGroups) {
+      reinterpret_cast<uint4*>(maxima)[warp * Cfg::kColGroups + m] = make_uint4(mx[0], mx[1], mx[2], mx[3]);
+    }
     __syncthreads();
     if (tid < Cfg::kTileCols) {
       uint32_t bits = 0u;
@@ -255,20 +278,20 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
         const uint32_t nan_byte = isnan(s_scale[8 * m + j]) ? 0xFFu : 0u;
         if (j < 4) nan_lo |= nan_byte << (8 * j); else nan_hi |= nan_byte << (8 * (j - 4));
       }
-      // Byte i of column j's group is row carry_block_row(pg, i, shift): valid below row_count.
-      const int shift = static_cast<int>(a & 7);
+      // Byte i of column j's group is row carry_block_row(pg, i, shift, kR): valid below row_count.
+      const int shift = static_cast<int>(a & (kR - 1));
       uint32_t valid = 0u;
 #pragma unroll
-      for (int i = 0; i < Cfg::kRowsPerThread; ++i) valid |= (carry_block_row(pg, i, shift) < blk.row_count ? 1u : 0u) << i;
-      const int64_t group = (a - shift) + Cfg::kRowsPerThread * pg;  // q_t column of byte 0
-      const bool whole = (pg > 0 || shift == 0) && valid == 0xFFu;
-      // Row group 0 of a block not starting on a group has two groups: bytes [shift, 8) of the first and
+      for (int i = 0; i < kR; ++i) valid |= (carry_block_row(pg, i, shift, kR) < blk.row_count ? 1u : 0u) << i;
+      const int64_t group = (a - shift) + kR * pg;  // q_t column of byte 0
+      const bool whole = (pg > 0 || shift == 0) && valid == kAllRows;
+      // Row group 0 of a block not starting on a group has two groups: bytes [shift, kR) of the first and
       // [0, shift) of the one after the block.
-      const uint32_t head_valid = pg == 0 ? valid & (0xFFu << shift) & 0xFFu : valid;
+      const uint32_t head_valid = pg == 0 ? valid & (kAllRows << shift) & kAllRows : valid;
       const uint32_t tail_valid = pg == 0 ? valid & ((1u << shift) - 1u) : 0u;
       // Half h: rows 4 h .. 4 h + 3, quantized, transposed (word j: column j's 4 bytes), into the ring.
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
+      for (int half = 0; half < kR / 4; ++half) {
         uint32_t lo[4], hi[4];  // row 4 half + i: the bytes of columns 0-3 and 4-7
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -347,11 +370,12 @@ __global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryCo
         }
       }
       // The partial sectors: [S, S + head) and [tail_from, tail_from + tail), each inside one sector. Threads
-      // 0-127 store row tid's head bytes, 128-255 row tid - 128's tail bytes (the same offsets in every row:
-      // a warp takes one path), in aligned pieces from the ring (carry_store_part).
+      // [0, kTileCols) store row tid's head bytes, [kTileCols, 2 kTileCols) row tid - kTileCols's tail bytes
+      // (the same offsets in every row: a warp takes one path), in aligned pieces from the ring
+      // (carry_store_part); the other threads (4 rows per thread) none.
       const bool tail_part = tid >= Cfg::kTileCols;
       const int row = tid & (Cfg::kTileCols - 1);
-      const int len = tail_part ? sectors.tail : sectors.head;
+      const int len = tid >= 2 * Cfg::kTileCols ? 0 : tail_part ? sectors.tail : sectors.head;
       if (len > 0 && row0 + row < cols) {
         carry_store_part(p.q_t + (row0 + row) * ldq, reinterpret_cast<const uint8_t*>(ring), row,
                          tail_part ? sectors.tail_from : S, len, p.rows);

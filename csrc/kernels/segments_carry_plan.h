@@ -14,28 +14,28 @@ constexpr int32_t kCarryBlockRows = 128;  // rows of a block, bytes of a tile's 
 constexpr int32_t kCarrySector = 32;      // bytes of a sector
 constexpr int32_t kCarryRingBytes = 256;  // bytes of the ring per q_t row
 
-// The rows of a block a thread holds, so that their bytes fill whole 8-byte groups of q_t (aligned ring
-// stores): with the block starting `shift` = out_start % 8 bytes into a group, row group pg >= 1 holds rows
-// 8 pg - shift + i (i < 8: group pg of the block's groups), row group 0 the block's first 8 - shift rows
-// (bytes [shift, 8) of group 0) and its last `shift` rows (bytes [0, shift) of group 16). Byte i of a
-// thread's group is row carry_block_row(pg, i, shift).
-// (One expression: 8 pg - shift + i is in [1, 127] for pg >= 1 and in [-7, 7] for pg = 0, where the
-// negative values wrap to the block's last rows.)
-WGRAD_HOST_DEVICE inline int carry_block_row(int pg, int i, int shift) {
-  return (8 * pg - shift + i) & (kCarryBlockRows - 1);
+// The rows of a block a thread holds, so that their bytes fill whole `group`-byte groups of q_t (aligned
+// ring stores; group 8 or 4, the rows a thread holds): with the block starting `shift` = out_start % group
+// bytes into a group, row group pg >= 1 holds rows group pg - shift + i (i < group: group pg of the block's
+// groups), row group 0 the block's first group - shift rows (bytes [shift, group) of group 0) and its last
+// `shift` rows (bytes [0, shift) of group 128 / group). Byte i of a thread's group is row
+// carry_block_row(pg, i, shift, group).
+// (One expression: group pg - shift + i is in [1, 127] for pg >= 1 and in [-group + 1, group - 1] for
+// pg = 0, where the negative values wrap to the block's last rows.)
+WGRAD_HOST_DEVICE inline int carry_block_row(int pg, int i, int shift, int group = 8) {
+  return (group * pg - shift + i) & (kCarryBlockRows - 1);
 }
 
 // Whether the automatic choice (WGRAD_SEGMENT_KERNEL unset or auto) takes this kernel for an unpadded cast of
-// `segments` segments over `rows` rows of `cols` features that it can take: two or more segments, R >= 16384,
-// at least 1024 rows per segment on average and C >= 2048. Measured on an H200 (132 SMs; docs/perf-notes.md,
-// session 29): the carry kernel beat the TMA kernel in every such cell of the sweep (8, 16 and 32 segments,
-// unaligned and 16-aligned splits, 16384 and 32768 rows x 2112-24576 features: +1.3 to +8.4 points of a copy)
-// and lost or tied in most others (4096 rows: -1 to -14; 8192 rows: -7 to +2.5; 512 rows per segment or
-// fewer: -0.6 to -7; one segment). Fewer features were not measured (few tiles per CTA): the TMA kernel.
-// Session 30's faster carry kernel beat the TMA kernel at 4096 and 8192 rows too (8 and 16 segments, >= 256 rows
-// per segment); widening the rule to it is left to be measured with the benchmark.
+// `segments` segments over `rows` rows of `cols` features that it can take: two or more segments, R >= 4096,
+// at least 256 rows per segment on average, C >= 2048 and R x C >= 2^24. Measured on an H200 (132 SMs;
+// docs/perf-notes.md, sessions 29-31): since session 30's fewer instructions per tile the carry kernel beats
+// or ties the TMA kernel on every such split cast measured (4096-16384 rows x 2112-24576 features, 8 and 16
+// segments, unaligned and 16-aligned: -0.1 to +10 points of a copy) and loses at 4096 x 2112 (-3.5 to -10:
+// 1.7 tiles per CTA). Not taken: one segment (ties), fewer features (not measured), shorter segments or
+// smaller casts (session 29: lost or tied).
 WGRAD_HOST_DEVICE constexpr bool carry_kernel_by_default(int64_t rows, int64_t cols, int64_t segments) {
-  return segments >= 2 && rows >= 16384 && rows >= 1024 * segments && cols >= 2048;
+  return segments >= 2 && rows >= 4096 && rows >= 256 * segments && cols >= 2048 && rows * cols >= (int64_t{1} << 24);
 }
 
 // A CTA's range of the tiles [first, last) in column-major order (tile t: row block t % used of column tile

@@ -153,21 +153,25 @@ std::vector<int64_t> random_split(int64_t rows, int groups, uint32_t seed) {
 }
 
 TEST(SegmentsCarryPlan, BlockRowsCoverTheBlockAtItsOwnColumns) {
-  for (int shift = 0; shift < 8; ++shift) {
-    std::vector<int> seen(kCarryBlockRows, 0);
-    for (int pg = 0; pg < 16; ++pg) {
-      for (int i = 0; i < 8; ++i) {
-        const int row = carry_block_row(pg, i, shift);
-        ASSERT_GE(row, 0);
-        ASSERT_LT(row, kCarryBlockRows);
-        ++seen[row];
-        // The kernel's ring store: byte i of row group pg's group at (a - shift) + 8 pg + i, row group 0's
-        // first `shift` bytes one block further.
-        const int column = -shift + 8 * pg + i + (pg == 0 && i < shift ? kCarryBlockRows : 0);
-        EXPECT_EQ(column, row) << "shift " << shift << ", row group " << pg << ", byte " << i;
+  for (int group : {8, 4}) {  // rows per thread
+    for (int shift = 0; shift < group; ++shift) {
+      std::vector<int> seen(kCarryBlockRows, 0);
+      for (int pg = 0; pg < kCarryBlockRows / group; ++pg) {
+        for (int i = 0; i < group; ++i) {
+          const int row = carry_block_row(pg, i, shift, group);
+          ASSERT_GE(row, 0);
+          ASSERT_LT(row, kCarryBlockRows);
+          ++seen[row];
+          // The kernel's ring store: byte i of row group pg's group at (a - shift) + group pg + i, row group
+          // 0's first `shift` bytes one block further.
+          const int column = -shift + group * pg + i + (pg == 0 && i < shift ? kCarryBlockRows : 0);
+          EXPECT_EQ(column, row) << "group " << group << ", shift " << shift << ", row group " << pg << ", byte " << i;
+        }
+      }
+      for (int row = 0; row < kCarryBlockRows; ++row) {
+        EXPECT_EQ(seen[row], 1) << "group " << group << ", shift " << shift << ", row " << row;
       }
     }
-    for (int row = 0; row < kCarryBlockRows; ++row) EXPECT_EQ(seen[row], 1) << "shift " << shift << ", row " << row;
   }
 }
 
@@ -242,20 +246,22 @@ TEST(SegmentsCarryPlan, PartsStoredInAlignedPieces) {
   }
 }
 
-TEST(SegmentsCarryPlan, AutomaticChoiceTakesLongSegmentsOfLongCasts) {
-  // The cells of session 29's sweep the carry kernel won: 16384 and 32768 rows x 2112-24576 features in 8-32
-  // segments of >= 1024 rows; those it lost: 4096 and 8192 rows, 512 rows per segment, one segment; and
-  // fewer than 2048 features (not measured).
+TEST(SegmentsCarryPlan, AutomaticChoiceTakesSplitCastsOfEnoughRowsAndFeatures) {
+  // The cells of sessions 29-31's sweeps the carry kernel won or tied: 4096-32768 rows x 2112-24576 features
+  // in 8-32 segments of >= 256 rows on average, R x C >= 2^24; not taken: one segment (ties), 4096 x 2112
+  // (lost), shorter segments or casts, and fewer than 2048 features (not measured).
   EXPECT_TRUE(carry_kernel_by_default(16384, 7168, 8));
-  EXPECT_TRUE(carry_kernel_by_default(16384, 2112, 16));
+  EXPECT_TRUE(carry_kernel_by_default(8192, 2112, 16));
+  EXPECT_TRUE(carry_kernel_by_default(4096, 7168, 8));
+  EXPECT_TRUE(carry_kernel_by_default(4096, 24576, 16));  // 256 rows per segment
+  EXPECT_TRUE(carry_kernel_by_default(4096, 4096, 2));    // R x C = 2^24
   EXPECT_TRUE(carry_kernel_by_default(32768, 24576, 32));
-  EXPECT_TRUE(carry_kernel_by_default(16384, 2048, 2));
+  EXPECT_FALSE(carry_kernel_by_default(4096, 2112, 8));   // R x C < 2^24
+  EXPECT_FALSE(carry_kernel_by_default(4096, 4095, 8));
   EXPECT_FALSE(carry_kernel_by_default(16384, 2047, 8));
-  EXPECT_FALSE(carry_kernel_by_default(16384, 7168, 17));  // 964 rows per segment
-  EXPECT_FALSE(carry_kernel_by_default(16384, 7168, 32));
-  EXPECT_FALSE(carry_kernel_by_default(16383, 7168, 8));
-  EXPECT_FALSE(carry_kernel_by_default(8192, 4096, 8));
-  EXPECT_FALSE(carry_kernel_by_default(4096, 24576, 2));
+  EXPECT_FALSE(carry_kernel_by_default(4096, 7168, 17));  // 240 rows per segment
+  EXPECT_FALSE(carry_kernel_by_default(8192, 7168, 33));
+  EXPECT_FALSE(carry_kernel_by_default(4095, 7168, 8));
   EXPECT_FALSE(carry_kernel_by_default(32768, 7168, 1));
   EXPECT_FALSE(carry_kernel_by_default(0, 0, 0));
 }
