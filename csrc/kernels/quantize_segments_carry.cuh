@@ -81,8 +81,9 @@ struct SegmentsCarryConfig {
 };
 
 // Word index in the ring of q_t column `pos` (absolute) of ring row `row`. Words are XOR-swizzled in
-// units of 4 (a 16-byte chunk stays one aligned chunk) by the row's group of 8, so the 16 lanes of a
-// half-warp, which write rows 8 m + j (m = 0 .. 15), spread over 8 banks instead of one.
+// units of 4 (a 16-byte chunk stays one aligned chunk) by the row's group of 8, so the lanes of a warp,
+// which write rows 8 m + j (m < kColGroups: 16 of 128-column tiles, 8 of 64-column ones), spread over 8
+// banks instead of one.
 __device__ __forceinline__ int carry_ring_word(int row, int64_t pos) {
   constexpr int kRingWords = kCarryRingBytes / 4;
   const int word = static_cast<int>(pos >> 2) & (kRingWords - 1);
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   RowBlock* table = reinterpret_cast<RowBlock*>(smem + Cfg::kTableOffset);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int m = tid % Cfg::kColGroups, pg = tid / Cfg::kColGroups;  // column group (8 columns), row group (8 rows)
+  const int m = tid % Cfg::kColGroups, pg = tid / Cfg::kColGroups;  // column group (8 columns), row group (kR rows)
   const SegmentSummary summary = build_segment_table_warps(seg_args, table, warp, Cfg::kWarps);
   __syncthreads();
 
