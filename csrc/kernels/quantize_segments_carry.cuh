@@ -66,11 +66,13 @@ struct SegmentsCarryConfig {
   static constexpr int kRingBytes = kCarryRingBytes;  // per q_t row: a tile's 128 bytes plus <= 31 carried
   static constexpr int kRingWords = kRingBytes / 4;
   static constexpr int64_t kMaxCols = int64_t{1} << 22;  // a block's row offsets in bytes fit in 31 bits
-  // Shared memory: the ring, the per-warp column maxima, the scales and their reciprocals, the table.
+  // Shared memory: the ring, the per-warp column maxima, the scales and their reciprocals, the columns' NaN
+  // bytes, the table.
   static constexpr int kRingSmem = kTileCols * kRingBytes;               // 32 KB (16 KB)
   static constexpr int kMaximaSmem = kWarps * (kTileCols / 2) * 4;       // column pairs per warp
   static constexpr int kScaleSmem = 2 * kTileCols * 4;
-  static constexpr int kTableOffset = kRingSmem + kMaximaSmem + kScaleSmem;
+  static constexpr int kNanSmem = kTileCols;  // a byte per column: 0xFF where its scale is NaN
+  static constexpr int kTableOffset = kRingSmem + kMaximaSmem + kScaleSmem + kNanSmem;
   static constexpr int smem_bytes(int64_t table_entries) {
     return kTableOffset + static_cast<int>(table_entries) * static_cast<int>(sizeof(RowBlock));
   }
@@ -88,6 +90,12 @@ __device__ __forceinline__ int carry_ring_word(int row, int64_t pos) {
   constexpr int kRingWords = kCarryRingBytes / 4;
   const int word = static_cast<int>(pos >> 2) & (kRingWords - 1);
   return row * kRingWords + (word ^ (((row >> 3) & 15) << 2));
+}
+
+// The ring word of q_t column `pos` in row 8 m; row 8 m + j's is j * kRingWords words on (the swizzle is
+// the same for the 8 rows of a group), so a thread's 8 rows take one address and immediate offsets.
+__device__ __forceinline__ uint32_t* carry_ring_rows8(uint32_t* ring, int m, int64_t pos) {
+  return ring + carry_ring_word(8 * m, pos);
 }
 
 // 4 x 4 byte transpose: byte i of out[j] = byte j of in[i].
@@ -175,6 +183,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   uint32_t* maxima = reinterpret_cast<uint32_t*>(smem + Cfg::kRingSmem);  // [warp][column pair]
   float* s_scale = reinterpret_cast<float*>(smem + Cfg::kRingSmem + Cfg::kMaximaSmem);
   float* s_inv = s_scale + Cfg::kTileCols;
+  uint8_t* s_nan = reinterpret_cast<uint8_t*>(s_inv + Cfg::kTileCols);
   RowBlock* table = reinterpret_cast<RowBlock*>(smem + Cfg::kTableOffset);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -211,10 +220,20 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
     const int shift = blk.out_start & (kR - 1);
     const int rows_here = col < cols32 ? blk.row_count : 0;
     const char* base = reinterpret_cast<const char*>(x + (int64_t{blk.row_start} * cols + col));
+    if (pg > 0) {  // rows kR pg - shift + i (carry_block_row without the wrap): one base, a row apart
+      const int r0 = kR * pg - shift;
+      const char* row_ptr = base + r0 * row_bytes;
+      const int n = rows_here - r0;
 #pragma unroll
-    for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
-      const int r = carry_block_row(pg, i, shift, kR);
-      raw[i] = r < rows_here ? __ldg(reinterpret_cast<const uint4*>(base + r * row_bytes)) : make_uint4(0u, 0u, 0u, 0u);
+      for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
+        raw[i] = i < n ? __ldg(reinterpret_cast<const uint4*>(row_ptr + i * row_bytes)) : make_uint4(0u, 0u, 0u, 0u);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
+        const int r = carry_block_row(0, i, shift, kR);
+        raw[i] = r < rows_here ? __ldg(reinterpret_cast<const uint4*>(base + r * row_bytes)) : make_uint4(0u, 0u, 0u, 0u);
+      }
     }
   };
   // The walk as a cursor: one division for the first tile, then carry_step (no 64-bit divisions per tile).
@@ -237,20 +256,27 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
     const bool carried_in = idx > 0 && contiguous(true, prev);
     const bool carry_out = idx + 1 < count && contiguous(false, next);
 
+    // A warp whose rows all lie past the block (row groups from (32 warp) / kColGroups on hold rows from
+    // kR pg - shift on; a partial block's last warps) loaded zeros: it skips the maxima (zeros) and the
+    // quantization (nothing of it is stored). Warp-uniform; warp 0 holds the block's first row.
+    const bool warp_idle = kR * ((32 * warp) / Cfg::kColGroups) - static_cast<int>(a & (kR - 1)) >= blk.row_count;
+
     // 2. Column maxima of |x| as bits, two columns per word (16-bit types).
     uint32_t mx[4] = {0u, 0u, 0u, 0u};
+    if (!warp_idle) {
 #pragma unroll
-    for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
-      mx[0] = __vmaxu2(mx[0], raw[i].x & 0x7FFF7FFFu);
-      mx[1] = __vmaxu2(mx[1], raw[i].y & 0x7FFF7FFFu);
-      mx[2] = __vmaxu2(mx[2], raw[i].z & 0x7FFF7FFFu);
-      mx[3] = __vmaxu2(mx[3], raw[i].w & 0x7FFF7FFFu);
-    }
-    // (The lanes of a warp with the same column group: lane, lane ^ kColGroups, ...)
+      for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
+        mx[0] = __vmaxu2(mx[0], raw[i].x & 0x7FFF7FFFu);
+        mx[1] = __vmaxu2(mx[1], raw[i].y & 0x7FFF7FFFu);
+        mx[2] = __vmaxu2(mx[2], raw[i].z & 0x7FFF7FFFu);
+        mx[3] = __vmaxu2(mx[3], raw[i].w & 0x7FFF7FFFu);
+      }
+      // (The lanes of a warp with the same column group: lane, lane ^ kColGroups, ...)
 #pragma unroll
-    for (int off = Cfg::kColGroups; off < 32; off *= 2) {
+      for (int off = Cfg::kColGroups; off < 32; off *= 2) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) mx[k] = __vmaxu2(mx[k], __shfl_xor_sync(0xFFFFFFFFu, mx[k], off));
+        for (int k = 0; k < 4; ++k) mx[k] = __vmaxu2(mx[k], __shfl_xor_sync(0xFFFFFFFFu, mx[k], off));
+      }
     }
     if (lane < Cfg::kColGroups) {
       reinterpret_cast<uint4*>(maxima)[warp * Cfg::kColGroups + m] = make_uint4(mx[0], mx[1], mx[2], mx[3]);
@@ -264,26 +290,31 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       const float scale = block_scale(amax_from_bits<T>(bits), p.ue8m0);
       s_scale[tid] = scale;
       s_inv[tid] = scale_reciprocal(scale);
+      s_nan[tid] = isnan(scale) ? uint8_t{0xFF} : uint8_t{0};
       const int64_t col = int64_t{tile.c} * Cfg::kTileCols + tid;
       if (col < cols) p.scales_t[int64_t{tile.b} * p.scales_t_ld + col] = scale;
     }
     __syncthreads();
 
     // 3. Quantize (per column scale), transpose, into the ring.
-    {
-      float inv[8];
-      uint32_t nan_lo = 0u, nan_hi = 0u;  // 0xFF in the bytes of columns whose scale is NaN
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        inv[j] = s_inv[8 * m + j];
-        const uint32_t nan_byte = isnan(s_scale[8 * m + j]) ? 0xFFu : 0u;
-        if (j < 4) nan_lo |= nan_byte << (8 * j); else nan_hi |= nan_byte << (8 * (j - 4));
-      }
-      // Byte i of column j's group is row carry_block_row(pg, i, shift, kR): valid below row_count.
+    if (!warp_idle) {
+      const float4 inv_a = reinterpret_cast<const float4*>(s_inv)[2 * m];
+      const float4 inv_b = reinterpret_cast<const float4*>(s_inv)[2 * m + 1];
+      const float inv[8] = {inv_a.x, inv_a.y, inv_a.z, inv_a.w, inv_b.x, inv_b.y, inv_b.z, inv_b.w};
+      // 0xFF in the bytes of columns whose scale is NaN
+      const uint2 nan_bytes = reinterpret_cast<const uint2*>(s_nan)[m];
+      const uint32_t nan_lo = nan_bytes.x, nan_hi = nan_bytes.y;
+      // Byte i of column j's group is row carry_block_row(pg, i, shift, kR): valid below row_count. Row groups
+      // pg >= 1 hold rows kR pg - shift + i (no wrap): the first n of them are valid.
       const int shift = static_cast<int>(a & (kR - 1));
       uint32_t valid = 0u;
+      if (pg > 0) {
+        const int n = blk.row_count - (kR * pg - shift);
+        valid = n >= kR ? kAllRows : n <= 0 ? 0u : (1u << n) - 1u;
+      } else {
 #pragma unroll
-      for (int i = 0; i < kR; ++i) valid |= (carry_block_row(pg, i, shift, kR) < blk.row_count ? 1u : 0u) << i;
+        for (int i = 0; i < kR; ++i) valid |= (carry_block_row(0, i, shift, kR) < blk.row_count ? 1u : 0u) << i;
+      }
       const int64_t group = (a - shift) + kR * pg;  // q_t column of byte 0
       const bool whole = (pg > 0 || shift == 0) && valid == kAllRows;
       // Row group 0 of a block not starting on a group has two groups: bytes [shift, kR) of the first and
@@ -314,8 +345,9 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
         transpose4x4_bytes(lo[0], lo[1], lo[2], lo[3], col_word[0], col_word[1], col_word[2], col_word[3]);
         transpose4x4_bytes(hi[0], hi[1], hi[2], hi[3], col_word[4], col_word[5], col_word[6], col_word[7]);
         if (whole) {
+          uint32_t* w = carry_ring_rows8(ring, m, group + 4 * half);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) ring[carry_ring_word(8 * m + j, group + 4 * half)] = col_word[j];
+          for (int j = 0; j < 8; ++j) w[j * Cfg::kRingWords] = col_word[j];
         } else if (valid != 0u) {
           // Read, merge, write: the bytes kept are the carried ones of a neighbouring block or ones no
           // thread writes in this tile, so no other thread's store can be lost.
@@ -327,10 +359,10 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
 #pragma unroll
             for (int q = 0; q < 4; ++q) mask |= ((bits >> q) & 1u) ? 0xFFu << (8 * q) : 0u;
             const int64_t at = (part == 0 ? group : group + kBlock) + 4 * half;
+            uint32_t* w = carry_ring_rows8(ring, m, at);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-              uint32_t* w = ring + carry_ring_word(8 * m + j, at);
-              *w = (col_word[j] & mask) | (*w & ~mask);
+              w[j * Cfg::kRingWords] = (col_word[j] & mask) | (w[j * Cfg::kRingWords] & ~mask);
             }
           }
         }
@@ -355,20 +387,33 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       const int64_t whole_from = sectors.whole_from, whole_to = sectors.whole_to;
       const int64_t row0 = int64_t{tile.c} * Cfg::kTileCols;
       if (whole_from < whole_to) {
-        // <= 8 chunks, 10 for the last block with q_t's zero columns: lane k takes chunks k and k + 8.
+        // <= 8 chunks, up to 10 with a carried sector or the last block's zero columns: lane k of 8 takes
+        // chunks k and k + 8 of rows tid / 8 + kRowStep i (a warp: 4 rows x 128 contiguous bytes per store).
+        constexpr int kRowStep = Cfg::kThreads / 8;
         const int chunks = static_cast<int>((whole_to - whole_from) >> 4);
-#pragma unroll
-        for (int i = 0; i < Cfg::kTileCols / (Cfg::kThreads / 8); ++i) {
-          const int row = (tid >> 3) + (Cfg::kThreads / 8) * i;
+        const int tile_rows = static_cast<int>(cols - row0 < Cfg::kTileCols ? cols - row0 : Cfg::kTileCols);
+        const int r0 = tid >> 3;
+        uint8_t* const dst0 = p.q_t + (row0 + r0) * ldq;
+        const int64_t row_step = kRowStep * ldq;
+        auto store_chunks = [&](auto zero_tag) {
           for (int k = tid & 7; k < chunks; k += 8) {
             const int64_t pos = whole_from + 16 * k;
-            if (row0 + row < cols) {
-              uint4 v = *reinterpret_cast<const uint4*>(ring + carry_ring_word(row, pos));
-              if (pos + 16 > p.rows) v = zero_from(v, static_cast<int>(p.rows - pos));
-              *reinterpret_cast<uint4*>(p.q_t + (row0 + row) * ldq + pos) = v;
+            uint8_t* dst = dst0 + pos;
+#pragma unroll
+            for (int i = 0; i < Cfg::kTileCols / kRowStep; ++i, dst += row_step) {
+              const int row = r0 + kRowStep * i;
+              if (row < tile_rows) {
+                uint4 v = *reinterpret_cast<const uint4*>(ring + carry_ring_word(row, pos));
+                if constexpr (decltype(zero_tag)::value) {
+                  if (pos + 16 > p.rows) v = zero_from(v, static_cast<int>(p.rows - pos));
+                }
+                *reinterpret_cast<uint4*>(dst) = v;
+              }
             }
           }
-        }
+        };
+        // Only the last block's tiles reach q_t's zero columns (bytes from R zeroed): a path of their own.
+        if (whole_to > p.rows) store_chunks(std::true_type{}); else store_chunks(std::false_type{});
       }
       // The partial sectors: [S, S + head) and [tail_from, tail_from + tail), each inside one sector. Threads
       // [0, kTileCols) store row tid's head bytes, [kTileCols, 2 kTileCols) row tid - kTileCols's tail bytes
