@@ -86,15 +86,15 @@ struct SegmentsCarryConfig {
 // units of 4 (a 16-byte chunk stays one aligned chunk) by the row's group of 8, so the lanes of a warp,
 // which write rows 8 m + j (m < kColGroups: 16 of 128-column tiles, 8 of 64-column ones), spread over 8
 // banks instead of one.
-__device__ __forceinline__ int carry_ring_word(int row, int64_t pos) {
+__device__ __forceinline__ int carry_ring_word(int row, int32_t pos) {
   constexpr int kRingWords = kCarryRingBytes / 4;
-  const int word = static_cast<int>(pos >> 2) & (kRingWords - 1);
+  const int word = (pos >> 2) & (kRingWords - 1);
   return row * kRingWords + (word ^ (((row >> 3) & 15) << 2));
 }
 
 // The ring word of q_t column `pos` in row 8 m; row 8 m + j's is j * kRingWords words on (the swizzle is
 // the same for the 8 rows of a group), so a thread's 8 rows take one address and immediate offsets.
-__device__ __forceinline__ uint32_t* carry_ring_rows8(uint32_t* ring, int m, int64_t pos) {
+__device__ __forceinline__ uint32_t* carry_ring_rows8(uint32_t* ring, int m, int32_t pos) {
   return ring + carry_ring_word(8 * m, pos);
 }
 
@@ -123,10 +123,10 @@ __device__ __forceinline__ uint4 zero_from(uint4 v, int from) {
 // Stores S bytes of q_t row `q_row` at `pos` (aligned to S, inside one 16-byte chunk) from ring row `row`;
 // bytes at columns >= rows (q_t's zero columns after R) as 0.
 template <int S>
-__device__ __forceinline__ void carry_store_piece(uint8_t* q_row, const uint8_t* ring_bytes, int row, int64_t pos,
-                                                  int64_t rows) {
+__device__ __forceinline__ void carry_store_piece(uint8_t* q_row, const uint8_t* ring_bytes, int row, int32_t pos,
+                                                  int32_t rows) {
   const uint8_t* src = ring_bytes + 4 * carry_ring_word(row, pos) + (pos & 3);
-  const int keep = static_cast<int>(rows - pos < S ? rows - pos : S);  // bytes before column R (may be <= 0)
+  const int keep = rows - pos < S ? rows - pos : S;  // bytes before column R (may be <= 0)
   if constexpr (S == 16) {
     uint4 v = *reinterpret_cast<const uint4*>(src);
     if (keep < S) v = zero_from(v, keep);
@@ -154,10 +154,10 @@ __device__ __forceinline__ void carry_store_piece(uint8_t* q_row, const uint8_t*
 
 // Stores bytes [from, from + len) of q_t row `q_row` (inside one sector) from ring row `row` in the aligned
 // pieces of carry_piece_taken (at most 9 stores, each contiguous in the ring too).
-__device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* ring_bytes, int row, int64_t from,
-                                                 int len, int64_t rows) {
-  int64_t cur = from;
-  const int64_t end = from + len;
+__device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* ring_bytes, int row, int32_t from,
+                                                 int len, int32_t rows) {
+  int32_t cur = from;
+  const int32_t end = from + len;
   auto step = [&](auto k_tag) {
     constexpr int kStep = decltype(k_tag)::value, kSize = carry_piece_size(kStep);
     if (carry_piece_taken(kStep, cur, end)) {
@@ -169,6 +169,30 @@ __device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* 
     (step(std::integral_constant<int, kSteps>{}), ...);
   }(std::make_integer_sequence<int, 9>{});
 }
+
+// Measurement only (scripts/experiments/carry_timeline_probe.cu): with WGRAD_CARRY_TIMELINE defined, thread 0
+// of every CTA writes the global timer at four points to wgrad_carry_timeline[8 * blockIdx.x + k], an array
+// the including file defines (k: 0 entry, 1 table built, 2 first tile's loads issued, 3 done, 5 and 6 the
+// end of the first and second tiles), and its SM to entry 4 at the entry.
+#ifdef WGRAD_CARRY_TIMELINE
+#define WGRAD_CARRY_MARK(k)                                                \
+  do {                                                                     \
+    if (threadIdx.x == 0) {                                                \
+      unsigned long long t_;                                               \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));               \
+      wgrad_carry_timeline[8 * blockIdx.x + (k)] = t_;                     \
+      if ((k) == 0) {                                                      \
+        unsigned sm_;                                                      \
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                   \
+        wgrad_carry_timeline[8 * blockIdx.x + 4] = sm_;                    \
+      }                                                                    \
+    }                                                                      \
+  } while (0)
+#else
+#define WGRAD_CARRY_MARK(k) \
+  do {                      \
+  } while (0)
+#endif
 
 template <typename T, int kTileColumns, int kRowsPerThreadV>
 __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kThreads,
@@ -185,11 +209,13 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   float* s_inv = s_scale + Cfg::kTileCols;
   uint8_t* s_nan = reinterpret_cast<uint8_t*>(s_inv + Cfg::kTileCols);
   RowBlock* table = reinterpret_cast<RowBlock*>(smem + Cfg::kTableOffset);
-
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  WGRAD_CARRY_MARK(0);
+
   const int m = tid % Cfg::kColGroups, pg = tid / Cfg::kColGroups;  // column group (8 columns), row group (kR rows)
   const SegmentSummary summary = build_segment_table_warps(seg_args, table, warp, Cfg::kWarps);
   __syncthreads();
+  WGRAD_CARRY_MARK(1);
 
   const int64_t cols = p.cols, ldq = p.q_t_ld;
   const int32_t used = summary.used_blocks;
@@ -197,15 +223,34 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
 
   // Scale columns without rows (the table's entries from `used` on): 0 after the used blocks, NaN everywhere
   // for invalid sizes.
+  // Element i of these (scale column used + i / C, column i % C) goes to the thread i mod the grid's threads:
+  // a thread's first by one 32-bit division, then steps of the grid's stride (no 64-bit division per element;
+  // the grid's threads and C are below 2^31).
   {
-    const int64_t empty = (seg_args.num_row_blocks - used) * cols;
-    for (int64_t i = int64_t{blockIdx.x} * Cfg::kThreads + tid; i < empty; i += int64_t{gridDim.x} * Cfg::kThreads) {
-      const int64_t row_block = used + i / cols;
-      fill_empty_scale_column(p, row_block, 0, table[row_block].row_count, static_cast<int>(i % cols));
+    const int32_t entries = static_cast<int32_t>(seg_args.num_row_blocks), cols32 = static_cast<int32_t>(cols);
+    if (used < entries) {
+      const uint32_t first = blockIdx.x * Cfg::kThreads + tid, stride = gridDim.x * Cfg::kThreads;
+      const auto step_blocks = static_cast<int32_t>(stride / static_cast<uint32_t>(cols32));
+      const auto step_cols = static_cast<int32_t>(stride % static_cast<uint32_t>(cols32));
+      int32_t row_block = used + static_cast<int32_t>(first / static_cast<uint32_t>(cols32));
+      int32_t c = static_cast<int32_t>(first % static_cast<uint32_t>(cols32));
+      while (row_block < entries) {
+        fill_empty_scale_column(p, row_block, 0, table[row_block].row_count, c);
+        row_block += step_blocks;
+        c += step_cols;
+        if (c >= cols32) {
+          c -= cols32;
+          ++row_block;
+        }
+      }
     }
   }
   const CarryRange walk = carry_range(int64_t{used} * col_tiles, blockIdx.x, gridDim.x);
-  if (walk.first >= walk.last) return;
+  if (walk.first >= walk.last) {
+    WGRAD_CARRY_MARK(2);
+    WGRAD_CARRY_MARK(3);
+    return;
+  }
   const bool up = walk.up;
   const int64_t count = walk.last - walk.first;
   const T* x = static_cast<const T*>(p.x);
@@ -239,13 +284,17 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   // The walk as a cursor: one division for the first tile, then carry_step (no 64-bit divisions per tile).
   CarryTile tile = carry_walk_tile(walk, 0, used), prev = tile;
   issue_loads(tile);
+  WGRAD_CARRY_MARK(2);
 
   // What the range has stored of q_t's columns in the current run of contiguous tiles: up, every column
   // before `done`; down, every column from `done` on.
-  int64_t done = 0;
+  // (q_t columns in 32 bits: fewer than the table's kMaxTableEntries blocks of 128 rows, plus < 16.)
+  static_assert(int64_t{Cfg::kMaxTableEntries} * kBlock + 16 < (int64_t{1} << 31), "q_t columns fit in 32 bits");
+  const int32_t rows32 = static_cast<int32_t>(p.rows), ldq32 = static_cast<int32_t>(ldq);
+  int32_t done = 0;
   for (int64_t idx = 0; idx < count; ++idx, prev = tile, tile = carry_step(walk, tile, used)) {
     const RowBlock blk = table[tile.b];
-    const int64_t a = blk.out_start, e = a + blk.row_count;
+    const int32_t a = blk.out_start, e = a + blk.row_count;
     // The tiles before and after this one in the walk: contiguous in q_t when they are the neighbouring
     // blocks of the same column tile.
     const CarryTile next = carry_step(walk, tile, used);
@@ -315,7 +364,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
 #pragma unroll
         for (int i = 0; i < kR; ++i) valid |= (carry_block_row(0, i, shift, kR) < blk.row_count ? 1u : 0u) << i;
       }
-      const int64_t group = (a - shift) + kR * pg;  // q_t column of byte 0
+      const int32_t group = (a - shift) + kR * pg;  // q_t column of byte 0
       const bool whole = (pg > 0 || shift == 0) && valid == kAllRows;
       // Row group 0 of a block not starting on a group has two groups: bytes [shift, kR) of the first and
       // [0, shift) of the one after the block.
@@ -358,7 +407,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
             uint32_t mask = 0u;
 #pragma unroll
             for (int q = 0; q < 4; ++q) mask |= ((bits >> q) & 1u) ? 0xFFu << (8 * q) : 0u;
-            const int64_t at = (part == 0 ? group : group + kBlock) + 4 * half;
+            const int32_t at = (part == 0 ? group : group + kBlock) + 4 * half;
             uint32_t* w = carry_ring_rows8(ring, m, at);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
@@ -370,7 +419,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
     }
     // q_t's columns [R, ldq) (< 16 of them) are zero: the last block stores them with its own bytes (zeros
     // in place of the ring's bytes from R on).
-    const bool last_block = e == p.rows;
+    const bool last_block = e == rows32;
     // The next tile's loads in flight while this tile is stored. (Issued right after the maxima, with the
     // tile's x kept in shared memory for the quantization, they ran 13-20 points slower: 32 KB more shared
     // memory per CTA leaves the L1 too small for three CTAs' loads in flight.)
@@ -379,12 +428,12 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
 
     // 4. Store [S, E): whole sectors from the ring, the parts of sectors shared with another range in
     // aligned pieces.
-    const int64_t end = last_block ? ldq : e;  // (the last block has no next one: never carry_out)
+    const int32_t end = last_block ? ldq32 : e;  // (the last block has no next one: never carry_out)
     const CarryStoreRange range = carry_store_range(up, carried_in, carry_out, a, e, end, done);
-    const int64_t S = range.from, E = range.to;
+    const int32_t S = range.from, E = range.to;
     if (S < E) {
       const CarrySectors sectors = carry_sectors(S, E);
-      const int64_t whole_from = sectors.whole_from, whole_to = sectors.whole_to;
+      const int32_t whole_from = sectors.whole_from, whole_to = sectors.whole_to;
       const int64_t row0 = int64_t{tile.c} * Cfg::kTileCols;
       if (whole_from < whole_to) {
         // <= 8 chunks, up to 10 with a carried sector or the last block's zero columns: lane k of 8 takes
@@ -397,7 +446,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
         const int64_t row_step = kRowStep * ldq;
         auto store_chunks = [&](auto zero_tag) {
           for (int k = tid & 7; k < chunks; k += 8) {
-            const int64_t pos = whole_from + 16 * k;
+            const int32_t pos = whole_from + 16 * k;
             uint8_t* dst = dst0 + pos;
 #pragma unroll
             for (int i = 0; i < Cfg::kTileCols / kRowStep; ++i, dst += row_step) {
@@ -405,7 +454,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
               if (row < tile_rows) {
                 uint4 v = *reinterpret_cast<const uint4*>(ring + carry_ring_word(row, pos));
                 if constexpr (decltype(zero_tag)::value) {
-                  if (pos + 16 > p.rows) v = zero_from(v, static_cast<int>(p.rows - pos));
+                  if (pos + 16 > rows32) v = zero_from(v, rows32 - pos);
                 }
                 *reinterpret_cast<uint4*>(dst) = v;
               }
@@ -413,7 +462,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
           }
         };
         // Only the last block's tiles reach q_t's zero columns (bytes from R zeroed): a path of their own.
-        if (whole_to > p.rows) store_chunks(std::true_type{}); else store_chunks(std::false_type{});
+        if (whole_to > rows32) store_chunks(std::true_type{}); else store_chunks(std::false_type{});
       }
       // The partial sectors: [S, S + head) and [tail_from, tail_from + tail), each inside one sector. Threads
       // [0, kTileCols) store row tid's head bytes, [kTileCols, 2 kTileCols) row tid - kTileCols's tail bytes
@@ -424,10 +473,12 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       const int len = tid >= 2 * Cfg::kTileCols ? 0 : tail_part ? sectors.tail : sectors.head;
       if (len > 0 && row0 + row < cols) {
         carry_store_part(p.q_t + (row0 + row) * ldq, reinterpret_cast<const uint8_t*>(ring), row,
-                         tail_part ? sectors.tail_from : S, len, p.rows);
+                         tail_part ? sectors.tail_from : S, len, rows32);
       }
     }
+    if (idx < 2) WGRAD_CARRY_MARK(5 + idx);
   }
+  WGRAD_CARRY_MARK(3);
 }
 
 }  // namespace wgrad::quant

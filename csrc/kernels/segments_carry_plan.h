@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "layout.h"
 
@@ -41,13 +42,23 @@ WGRAD_HOST_DEVICE constexpr bool carry_kernel_by_default(int64_t rows, int64_t c
 // A CTA's range of the tiles [first, last) in column-major order (tile t: row block t % used of column tile
 // t / used) and the direction of its walk: even CTAs up, odd ones down, so that the two parts of a sector
 // two neighbouring ranges share are stored at about the same time (both at the start or both at the end).
+// (The block scheduler's placement of CTAs on SMs is not blockIdx-regular: an H200 put blocks 8, 148 and
+// 272 on SM 0 in one launch, 8, 140 and 272 in the next (scripts/experiments/sm_placement_probe.cu), so a
+// split per SM by blockIdx is not one.)
 struct CarryRange {
   int64_t first;
   int64_t last;
   bool up;
 };
+// (In 32 bits whenever tiles x ctas fits, as at every shape measured: a 64-bit division is a subroutine of
+// about 80 instructions, which every thread of the kernel would run before its first load.)
 WGRAD_HOST_DEVICE inline CarryRange carry_range(int64_t tiles, int64_t cta, int64_t ctas) {
-  return {tiles * cta / ctas, tiles * (cta + 1) / ctas, (cta & 1) == 0};
+  const bool up = (cta & 1) == 0;
+  if (tiles * ctas < (int64_t{1} << 32)) {
+    const auto t = static_cast<uint32_t>(tiles), b = static_cast<uint32_t>(cta), n = static_cast<uint32_t>(ctas);
+    return {t * b / n, t * (b + 1) / n, up};
+  }
+  return {tiles * cta / ctas, tiles * (cta + 1) / ctas, up};
 }
 
 struct CarryTile {
@@ -57,6 +68,10 @@ struct CarryTile {
 // The tile at step idx of the walk (idx < last - first).
 WGRAD_HOST_DEVICE inline CarryTile carry_walk_tile(const CarryRange& r, int64_t idx, int32_t used) {
   const int64_t t = r.up ? r.first + idx : r.last - 1 - idx;
+  if (t < (int64_t{1} << 32)) {  // (32-bit division, as in carry_range)
+    const auto u = static_cast<uint32_t>(t), n = static_cast<uint32_t>(used);
+    return CarryTile{static_cast<int32_t>(u % n), static_cast<int32_t>(u / n)};
+  }
   return CarryTile{static_cast<int32_t>(t % used), static_cast<int32_t>(t / used)};
 }
 
@@ -70,8 +85,12 @@ WGRAD_HOST_DEVICE inline CarryTile carry_step(const CarryRange& r, CarryTile t, 
 // Whether the tile `other` (block bytes [other_start, other_start + other_count)), which the walk takes
 // just before (`before`) or just after the tile holding bytes [a, e) of column tile `c`, is its neighbouring
 // block: the block before it in R when walking up and coming before, or down and coming after.
-WGRAD_HOST_DEVICE inline bool carry_contiguous(bool up, bool before, int32_t c, int64_t a, int64_t e, CarryTile other,
-                                               int64_t other_start, int64_t other_count) {
+// (The q_t column type I: int64_t in the C++ replay, int32_t in the kernel, where a launch's columns are
+// fewer than its table's 2048 blocks of 128.)
+template <typename I>
+WGRAD_HOST_DEVICE inline bool carry_contiguous(bool up, bool before, int32_t c, I a, I e, CarryTile other,
+                                               std::type_identity_t<I> other_start,
+                                               std::type_identity_t<I> other_count) {
   if (other.c != c) return false;
   return up == before ? other_start + other_count == a : e == other_start;
 }
@@ -81,14 +100,16 @@ WGRAD_HOST_DEVICE inline bool carry_contiguous(bool up, bool before, int32_t c, 
 // bytes [a, e); `end` is e, or q_t's row pitch for the last block (which stores the zero columns after R
 // too). carried_in: the tile before in the walk is the neighbouring block (its bytes of the sector they
 // share wait in the ring); carry_out: the tile after is, so the sector the two share is left to it.
+template <typename I = int64_t>
 struct CarryStoreRange {
-  int64_t from;
-  int64_t to;  // from >= to: nothing to store
+  I from;
+  I to;  // from >= to: nothing to store
 };
-WGRAD_HOST_DEVICE inline CarryStoreRange carry_store_range(bool up, bool carried_in, bool carry_out, int64_t a,
-                                                           int64_t e, int64_t end, int64_t& done) {
-  constexpr int64_t kMask = ~int64_t{kCarrySector - 1};
-  CarryStoreRange r;
+template <typename I>
+WGRAD_HOST_DEVICE inline CarryStoreRange<I> carry_store_range(bool up, bool carried_in, bool carry_out, I a, I e,
+                                                              std::type_identity_t<I> end, I& done) {
+  constexpr I kMask = ~I{kCarrySector - 1};
+  CarryStoreRange<I> r;
   if (up) {
     if (!carried_in) done = a;
     r.from = done;
@@ -105,19 +126,21 @@ WGRAD_HOST_DEVICE inline CarryStoreRange carry_store_range(bool up, bool carried
 
 // [from, to) as whole sectors [whole_from, whole_to) (none when whole_from >= whole_to) and the bytes of
 // the sectors it covers only in part: head bytes from `from`, tail bytes from tail_from.
+template <typename I = int64_t>
 struct CarrySectors {
-  int64_t whole_from;
-  int64_t whole_to;
+  I whole_from;
+  I whole_to;
   int32_t head;
-  int64_t tail_from;
+  I tail_from;
   int32_t tail;
 };
-WGRAD_HOST_DEVICE inline CarrySectors carry_sectors(int64_t from, int64_t to) {
-  constexpr int64_t kMask = ~int64_t{kCarrySector - 1};
-  CarrySectors s;
+template <typename I>
+WGRAD_HOST_DEVICE inline CarrySectors<I> carry_sectors(I from, std::type_identity_t<I> to) {
+  constexpr I kMask = ~I{kCarrySector - 1};
+  CarrySectors<I> s;
   s.whole_from = (from + kCarrySector - 1) & kMask;
   s.whole_to = to & kMask;
-  const int64_t head_end = s.whole_from < to ? s.whole_from : to;
+  const I head_end = s.whole_from < to ? s.whole_from : to;
   s.head = (from & (kCarrySector - 1)) ? static_cast<int32_t>(head_end - from) : 0;
   s.tail_from = s.whole_to > s.whole_from ? s.whole_to : s.whole_from;
   s.tail = (to & (kCarrySector - 1)) && s.tail_from < to ? static_cast<int32_t>(to - s.tail_from) : 0;

@@ -204,6 +204,35 @@ TEST(SegmentsCarryPlan, RandomSplitsAnyGrid) {
   }
 }
 
+TEST(SegmentsCarryPlan, RangesAndWalkExactInBothWidths) {
+  // carry_range and carry_walk_tile divide in 32 bits while tiles x ctas (the tile index) fits, in 64 bits
+  // beyond: both give the exact floor (tiles cta / ctas; t % used, t / used), on either side of 2^32.
+  for (const int64_t ctas : {1, 7, 396, 792}) {
+    const int64_t edge = (int64_t{1} << 32) / ctas;
+    for (const int64_t tiles : {edge - 1, edge, edge + 1, 3 * edge + 5}) {
+      SCOPED_TRACE("tiles " + std::to_string(tiles) + ", ctas " + std::to_string(ctas));
+      int64_t next = 0;
+      for (const int64_t cta : {int64_t{0}, int64_t{1}, ctas / 2, ctas - 2, ctas - 1}) {
+        if (cta < 0 || cta >= ctas) continue;
+        const CarryRange r = carry_range(tiles, cta, ctas);
+        const auto lo = static_cast<int64_t>(static_cast<__int128>(tiles) * cta / ctas);
+        const auto hi = static_cast<int64_t>(static_cast<__int128>(tiles) * (cta + 1) / ctas);
+        ASSERT_EQ(r.first, lo) << "cta " << cta;
+        ASSERT_EQ(r.last, hi) << "cta " << cta;
+        next = r.last;
+      }
+      ASSERT_EQ(next, tiles);
+    }
+  }
+  for (const int32_t used : {5, 37, 2048}) {  // (column tiles t / used below 2^31, as CarryTile holds them)
+    for (const int64_t t : {int64_t{0}, (int64_t{1} << 32) - 1, int64_t{1} << 32, (int64_t{1} << 33) + 12345}) {
+      const CarryTile tile = carry_walk_tile(CarryRange{t, t + 1, true}, 0, used);
+      EXPECT_EQ(tile.b, t % used) << "t " << t << ", used " << used;
+      EXPECT_EQ(tile.c, t / used) << "t " << t << ", used " << used;
+    }
+  }
+}
+
 TEST(SegmentsCarryPlan, SectorAlignedSplitsStoreNoParts) {
   // Every segment a multiple of 32 rows: no sector is shared, so none is stored in parts, whatever the grid.
   for (int64_t ctas : {1, 5, 396}) {

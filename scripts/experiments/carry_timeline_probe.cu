@@ -1,0 +1,195 @@
+// Where the carry kernel's time goes in one launch: the kernel itself (quantize_segments_carry.cuh, 128 x 8
+// tiles, bf16 x) built with WGRAD_CARRY_TIMELINE, so that every CTA records the global timer at its entry,
+// after the table, after its first loads and at its end, and its SM. Per case (R x C, G segments split as the
+// benchmark's _segment_sizes(R, G, align)) it prints the kernel's median time beside a copy of the same
+// bytes (L2 flushed before each call), then, from the last call: the entry spread, the table build, the
+// spread of the CTAs' ends, the first two tiles and the later ones, the mean end by tiles per CTA and by
+// tiles per SM; and the kernel's time when a small cast ran between the flush and the call (its code in
+// the L2).
+// Build: nvcc -std=c++20 -arch=sm_90a -O3 -I csrc -I scripts/experiments carry_timeline_probe.cu
+// Run: ./a.out 4096x7168x8x1 4096x7168x1x1 ... (R x C x G x align)
+#include <cuda_bf16.h>
+
+#include <map>
+#include <string>
+
+#include "probe_common.h"
+
+constexpr int kMaxCtas = 4096;
+__device__ unsigned long long wgrad_carry_timeline[8 * kMaxCtas];
+#define WGRAD_CARRY_TIMELINE
+#include "kernels/quantize_segments_carry.cuh"
+
+using namespace wgrad;
+using namespace wgrad::quant;
+using Cfg = SegmentsCarryConfig<128, 8>;
+
+__global__ void fill_x(__nv_bfloat16* x, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32) * 40503u;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = __float2bfloat16((static_cast<float>(h & 0xFFFFFF) / 16777216.0f - 0.5f) * 4.0f);
+  }
+}
+
+// The benchmark's split (python/wgrad/bench_quant.py, _segment_sizes).
+std::vector<int32_t> segment_sizes(int rows, int groups, int align) {
+  const int offsets[7] = {37, -58, 83, -21, 66, -95, 12};
+  const int limit = rows / groups / 2;
+  std::vector<int32_t> s;
+  int sum = 0;
+  for (int g = 0; g + 1 < groups; ++g) {
+    int v = rows / groups + std::max(-limit, std::min(limit, offsets[g % 7]));
+    if (align > 1) v = v / align * align;
+    s.push_back(v);
+    sum += v;
+  }
+  s.push_back(rows - sum);
+  return s;
+}
+
+int main(int argc, char** argv) {
+  int sms;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int ctas = sms * Cfg::kCtasPerSm;
+  if (ctas > kMaxCtas) return 1;
+  uint8_t* flush;
+  const size_t kFlush = size_t{256} << 20;
+  CK(cudaMalloc(&flush, kFlush));
+  auto kernel = &quantize_fp8_1x128_segments_carry_kernel<__nv_bfloat16, 128, 8>;
+  // A small cast of its own (512 x 512, two unaligned segments) that brings the kernel's code into the L2
+  // after the flush and before a timed call ("code warm"): what the rest of the launch costs is then not
+  // the first fetch of its instructions.
+  QuantizeParams pw{};
+  SegmentTableArgs aw;
+  {
+    const int R = 512, C = 512;
+    const int32_t sizes[2] = {200, 312};
+    __nv_bfloat16* x;
+    CK(cudaMalloc(&x, size_t{2} * R * C));
+    fill_x<<<64, 256>>>(x, size_t(R) * C);
+    CK(cudaMalloc(&pw.q_t, size_t(C) * R));
+    CK(cudaMalloc(&pw.scales_t, sizeof(float) * 5 * C));
+    int32_t* d;
+    CK(cudaMalloc(&d, sizeof(sizes)));
+    CK(cudaMemcpy(d, sizes, sizeof(sizes), cudaMemcpyHostToDevice));
+    pw.x = x;
+    pw.rows = R;
+    pw.cols = C;
+    pw.q_t_ld = R;
+    pw.scales_t_ld = C;
+    aw.sizes = d;
+    aw.num_segments = 2;
+    aw.rows = R;
+    aw.num_row_blocks = 5;
+  }
+  for (int arg = 1; arg < argc; ++arg) {
+    int R, C, G, align;
+    if (std::sscanf(argv[arg], "%dx%dx%dx%d", &R, &C, &G, &align) != 4) return 1;
+    const std::vector<int32_t> sizes = segment_sizes(R, G, align);
+    const int64_t row_blocks = k_block_capacity(R, G), ldq = align_up(R, 16), sld = scale_ld(C);
+    __nv_bfloat16* x;
+    uint8_t* q_t;
+    float* scales;
+    int32_t* d_sizes;
+    CK(cudaMalloc(&x, size_t{2} * R * C));
+    CK(cudaMalloc(&q_t, size_t(C) * ldq));
+    CK(cudaMalloc(&scales, sizeof(float) * row_blocks * sld));
+    CK(cudaMalloc(&d_sizes, sizeof(int32_t) * G));
+    CK(cudaMemcpy(d_sizes, sizes.data(), sizeof(int32_t) * G, cudaMemcpyHostToDevice));
+    fill_x<<<1024, 256>>>(x, size_t(R) * C);
+    QuantizeParams p{};
+    p.x = x;
+    p.rows = R;
+    p.cols = C;
+    p.q_t = q_t;
+    p.q_t_ld = ldq;
+    p.scales_t = scales;
+    p.scales_t_ld = sld;
+    SegmentTableArgs a;
+    a.sizes = d_sizes;
+    a.num_segments = G;
+    a.rows = R;
+    a.num_row_blocks = row_blocks;
+    const int smem = Cfg::smem_bytes(row_blocks);
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    // The bytes moved: x read, q_t and the scales written; the copy moves as many (half read, half written).
+    const size_t bytes = size_t{2} * R * C + size_t(C) * R + sizeof(float) * row_blocks * C;
+    uint8_t *src, *dst;
+    CK(cudaMalloc(&src, bytes / 2));
+    CK(cudaMalloc(&dst, bytes / 2));
+    auto flushed = [&](int rep) { CK(cudaMemsetAsync(flush, rep, kFlush)); };
+    const float copy_us = median_us([&] { CK(cudaMemcpyAsync(dst, src, bytes / 2, cudaMemcpyDeviceToDevice)); }, 15,
+                                    flushed);
+    const float us_warm = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a); }, 15, [&](int rep) {
+      flushed(rep);
+      kernel<<<ctas, Cfg::kThreads, Cfg::smem_bytes(5)>>>(pw, aw);
+    });
+    const float us = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a); }, 15, flushed);
+    CK(cudaGetLastError());
+    std::vector<unsigned long long> tl(8 * ctas);
+    CK(cudaMemcpyFromSymbol(tl.data(), wgrad_carry_timeline, sizeof(unsigned long long) * 8 * ctas));
+
+    // Tiles (and rows) per CTA, as the kernel splits them.
+    std::vector<int32_t> block_rows;
+    for (int32_t s : sizes)
+      for (int32_t r = 0; r < s; r += 128) block_rows.push_back(std::min(128, s - r));
+    const int64_t used = static_cast<int64_t>(block_rows.size()), col_tiles = (C + 127) / 128;
+    unsigned long long t_min = ~0ull;
+    for (int b = 0; b < ctas; ++b) t_min = std::min(t_min, tl[8 * b]);
+    auto at = [&](int b, int k) { return (tl[8 * b + k] - t_min) * 1e-3; };  // us after the first entry
+    std::vector<double> entry, table, first, end, tile1, tile2, later;  // later: mean of the tiles after the 2nd
+    std::map<int64_t, std::pair<double, int>> by_tiles;   // tiles per CTA -> (sum of ends, CTAs)
+    std::map<int64_t, int64_t> sm_tiles;                  // SM -> tiles
+    std::map<int64_t, double> sm_end;                     // SM -> its last CTA's end
+    for (int b = 0; b < ctas; ++b) {
+      const CarryRange r = carry_range(used * col_tiles, b, ctas);
+      const int64_t n = r.last - r.first;
+      entry.push_back(at(b, 0));
+      table.push_back(at(b, 1) - at(b, 0));
+      first.push_back(at(b, 2) - at(b, 1));
+      end.push_back(at(b, 3));
+      if (n >= 1) tile1.push_back(at(b, 5) - at(b, 2));
+      if (n >= 2) tile2.push_back(at(b, 6) - at(b, 5));
+      if (n >= 3) later.push_back((at(b, 3) - at(b, 6)) / double(n - 2));
+      by_tiles[n].first += at(b, 3);
+      by_tiles[n].second += 1;
+      const int64_t sm = static_cast<int64_t>(tl[8 * b + 4]);
+      sm_tiles[sm] += n;
+      sm_end[sm] = std::max(sm_end[sm], at(b, 3));
+    }
+    auto pct = [](std::vector<double> v, double q) {
+      std::sort(v.begin(), v.end());
+      return v[static_cast<size_t>(q * (v.size() - 1))];
+    };
+    std::printf("%dx%d G=%d align=%d: %zu blocks, %lld tiles (%.2f per CTA); kernel %.2f us (code warm %.2f), copy %.2f us: %.1f %% of copy\n",
+                R, C, G, align, block_rows.size(), static_cast<long long>(used * col_tiles),
+                double(used * col_tiles) / ctas, us, us_warm, copy_us, 100.0 * copy_us / us);
+    std::printf("  entry spread: p50 %.2f max %.2f us; table: p50 %.2f max %.2f us; to first loads: p50 %.2f max %.2f\n",
+                pct(entry, 0.5), pct(entry, 1.0), pct(table, 0.5), pct(table, 1.0), pct(first, 0.5), pct(first, 1.0));
+    if (!later.empty())
+      std::printf("  tile 1: p50 %.2f max %.2f us; tile 2: p50 %.2f max %.2f; later tiles (mean per CTA): p50 %.2f max %.2f\n",
+                  pct(tile1, 0.5), pct(tile1, 1.0), pct(tile2, 0.5), pct(tile2, 1.0), pct(later, 0.5), pct(later, 1.0));
+    std::printf("  CTA ends (us after the first entry): min %.2f p10 %.2f p50 %.2f p90 %.2f max %.2f\n", pct(end, 0.0),
+                pct(end, 0.1), pct(end, 0.5), pct(end, 0.9), pct(end, 1.0));
+    std::printf("  mean end by tiles per CTA:");
+    for (auto& [n, s] : by_tiles) std::printf("  %lld: %.2f (%d)", static_cast<long long>(n), s.first / s.second, s.second);
+    std::printf("\n  mean SM end by tiles per SM:");
+    std::map<int64_t, std::pair<double, int>> by_sm;
+    for (auto& [sm, n] : sm_tiles) {
+      by_sm[n].first += sm_end[sm];
+      by_sm[n].second += 1;
+    }
+    for (auto& [n, s] : by_sm) std::printf("  %lld: %.2f (%d)", static_cast<long long>(n), s.first / s.second, s.second);
+    std::printf("\n");
+    CK(cudaFree(x));
+    CK(cudaFree(q_t));
+    CK(cudaFree(scales));
+    CK(cudaFree(d_sizes));
+    CK(cudaFree(src));
+    CK(cudaFree(dst));
+  }
+  return 0;
+}
