@@ -9,9 +9,10 @@
 // Status: the automatic choice for two or more segments, R >= 4096, >= 256 rows per segment, C >= 2048 and
 // R x C >= 2^24 (carry_kernel_by_default; the knob WGRAD_SEGMENT_KERNEL in quantize.cu forces either kernel).
 // Since session 30 (fewer instructions per tile) it beats or ties the TMA kernel on every such split cast
-// measured, 4096-16384 rows x 2112-24576 features (8192 x 4096 unaligned 72.2 against 66.1, 16384 x 7168
-// 79.0 against 72.5; docs/perf-notes.md, sessions 28-31). Tile shapes (WGRAD_CARRY_TILE, SegmentsCarryConfig):
-// 128 x 8 the default; 64 x 8 within -3 to +2 points of it, 64 x 4 3-10 points slower (session 31, run 2).
+// measured, 4096-16384 rows x 2112-24576 features (session 33, 8 unaligned segments: 71-84 % of a copy
+// against the TMA kernel's 63-74; docs/perf-notes.md, sessions 28-33). Tile shapes (WGRAD_CARRY_TILE,
+// SegmentsCarryConfig): 128 x 8 the default; 64 x 8 within -3 to +2 points of it, 64 x 4 3-10 points
+// slower (session 31, run 2).
 // Structure: a plain (not warp-specialized) persistent kernel, kCtasPerSm CTAs per SM (the default tile
 // shape: 3 of 256 threads), each CTA one contiguous range of the tiles in column-major order (tile = one
 // block of <= 128 rows of one segment x kTileCols = 128 (or 64) columns of x; the tiles of one column tile
@@ -277,7 +278,8 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
 #pragma unroll
       for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
         const int r = carry_block_row(0, i, shift, kR);
-        raw[i] = r < rows_here ? __ldg(reinterpret_cast<const uint4*>(base + r * row_bytes)) : make_uint4(0u, 0u, 0u, 0u);
+        raw[i] = r < rows_here ? __ldg(reinterpret_cast<const uint4*>(base + r * row_bytes))
+                               : make_uint4(0u, 0u, 0u, 0u);
       }
     }
   };

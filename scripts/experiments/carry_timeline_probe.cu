@@ -164,25 +164,32 @@ int main(int argc, char** argv) {
       std::sort(v.begin(), v.end());
       return v[static_cast<size_t>(q * (v.size() - 1))];
     };
-    std::printf("%dx%d G=%d align=%d: %zu blocks, %lld tiles (%.2f per CTA); kernel %.2f us (code warm %.2f), copy %.2f us: %.1f %% of copy\n",
+    std::printf("%dx%d G=%d align=%d: %zu blocks, %lld tiles (%.2f per CTA); "
+                "kernel %.2f us (code warm %.2f), copy %.2f us: %.1f %% of copy\n",
                 R, C, G, align, block_rows.size(), static_cast<long long>(used * col_tiles),
                 double(used * col_tiles) / ctas, us, us_warm, copy_us, 100.0 * copy_us / us);
-    std::printf("  entry spread: p50 %.2f max %.2f us; table: p50 %.2f max %.2f us; to first loads: p50 %.2f max %.2f\n",
+    std::printf("  entry spread: p50 %.2f max %.2f us; table: p50 %.2f max %.2f us; "
+                "to first loads: p50 %.2f max %.2f\n",
                 pct(entry, 0.5), pct(entry, 1.0), pct(table, 0.5), pct(table, 1.0), pct(first, 0.5), pct(first, 1.0));
     if (!later.empty())
-      std::printf("  tile 1: p50 %.2f max %.2f us; tile 2: p50 %.2f max %.2f; later tiles (mean per CTA): p50 %.2f max %.2f\n",
+      std::printf("  tile 1: p50 %.2f max %.2f us; tile 2: p50 %.2f max %.2f; "
+                  "later tiles (mean per CTA): p50 %.2f max %.2f\n",
                   pct(tile1, 0.5), pct(tile1, 1.0), pct(tile2, 0.5), pct(tile2, 1.0), pct(later, 0.5), pct(later, 1.0));
     std::printf("  CTA ends (us after the first entry): min %.2f p10 %.2f p50 %.2f p90 %.2f max %.2f\n", pct(end, 0.0),
                 pct(end, 0.1), pct(end, 0.5), pct(end, 0.9), pct(end, 1.0));
     std::printf("  mean end by tiles per CTA:");
-    for (auto& [n, s] : by_tiles) std::printf("  %lld: %.2f (%d)", static_cast<long long>(n), s.first / s.second, s.second);
+    for (auto& [n, s] : by_tiles) {
+      std::printf("  %lld: %.2f (%d)", static_cast<long long>(n), s.first / s.second, s.second);
+    }
     std::printf("\n  mean SM end by tiles per SM:");
     std::map<int64_t, std::pair<double, int>> by_sm;
     for (auto& [sm, n] : sm_tiles) {
       by_sm[n].first += sm_end[sm];
       by_sm[n].second += 1;
     }
-    for (auto& [n, s] : by_sm) std::printf("  %lld: %.2f (%d)", static_cast<long long>(n), s.first / s.second, s.second);
+    for (auto& [n, s] : by_sm) {
+      std::printf("  %lld: %.2f (%d)", static_cast<long long>(n), s.first / s.second, s.second);
+    }
     std::printf("\n");
     CK(cudaFree(x));
     CK(cudaFree(q_t));

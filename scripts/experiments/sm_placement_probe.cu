@@ -1,7 +1,8 @@
 // Where the block scheduler puts the carry kernel's CTAs: a kernel with its launch bounds, threads and
-// shared memory records each block's SM; the probe counts the SMs whose blocks are {b, b + slots,
-// b + 2 slots} (the placement carry_range assumes) and, over several launches, how often that holds.
-// Build: nvcc -std=c++20 -arch=sm_90a -O2 -I csrc sm_placement_probe.cu
+// shared memory records each block's SM; the probe counts the SMs whose blocks are {b, b + SMs, b + 2 SMs}
+// (what a split of the tiles per SM by blockIdx would need; session 33: none of 20 launches, placements
+// that differ from launch to launch) and prints the whole placement of the first two launches.
+// Build: nvcc -std=c++20 -arch=sm_90a -O2 -I csrc -I scripts/experiments sm_placement_probe.cu
 #include "kernels/quantize_segments_carry.cuh"
 #include "probe_common.h"
 
@@ -51,9 +52,10 @@ int main() {
     std::vector<int> per(1024, 0);
     for (int b = 0; b < ctas; ++b) per[sm[b]]++;
     const int maxper = *std::max_element(per.begin(), per.end());
-    if (l < 3 || good != sms)
-      std::printf("launch %d: %d of %d slots {b, b+%d, b+%d} on one SM; max CTAs on an SM %d; first SMs %d %d %d %d\n", l,
-                  good, sms, sms, 2 * sms, maxper, sm[0], sm[1], sm[2], sm[3]);
+    if (l < 3 || good != sms) {
+      std::printf("launch %d: %d of %d slots {b, b+%d, b+%d} on one SM; max CTAs on an SM %d; first SMs %d %d %d %d\n",
+                  l, good, sms, sms, 2 * sms, maxper, sm[0], sm[1], sm[2], sm[3]);
+    }
     good_launches += good == sms;
     if (l < 2) {  // the whole placement: each SM's blocks
       std::vector<std::vector<int>> blocks(1024);
