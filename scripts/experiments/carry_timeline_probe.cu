@@ -50,6 +50,41 @@ std::vector<int32_t> segment_sizes(int rows, int groups, int align) {
   return s;
 }
 
+// One cast's buffers on the device (x random, the sizes copied) and the kernel's arguments for it.
+struct Cast {
+  QuantizeParams p{};
+  SegmentTableArgs a;
+  int64_t row_blocks;
+  Cast(int R, int C, const std::vector<int32_t>& sizes) {
+    const int G = static_cast<int>(sizes.size());
+    row_blocks = k_block_capacity(R, G);
+    const int64_t ldq = align_up(R, 16), sld = scale_ld(C);
+    __nv_bfloat16* x;
+    int32_t* d_sizes;
+    CK(cudaMalloc(&x, size_t{2} * R * C));
+    CK(cudaMalloc(&p.q_t, size_t(C) * ldq));
+    CK(cudaMalloc(&p.scales_t, sizeof(float) * row_blocks * sld));
+    CK(cudaMalloc(&d_sizes, sizeof(int32_t) * G));
+    CK(cudaMemcpy(d_sizes, sizes.data(), sizeof(int32_t) * G, cudaMemcpyHostToDevice));
+    fill_x<<<1024, 256>>>(x, size_t(R) * C);
+    p.x = x;
+    p.rows = R;
+    p.cols = C;
+    p.q_t_ld = ldq;
+    p.scales_t_ld = sld;
+    a.sizes = d_sizes;
+    a.num_segments = G;
+    a.rows = R;
+    a.num_row_blocks = row_blocks;
+  }
+  ~Cast() {
+    CK(cudaFree(const_cast<void*>(p.x)));
+    CK(cudaFree(p.q_t));
+    CK(cudaFree(p.scales_t));
+    CK(cudaFree(const_cast<int32_t*>(a.sizes)));
+  }
+};
+
 int main(int argc, char** argv) {
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -62,57 +97,15 @@ int main(int argc, char** argv) {
   // A small cast of its own (512 x 512, two unaligned segments) that brings the kernel's code into the L2
   // after the flush and before a timed call ("code warm"): what the rest of the launch costs is then not
   // the first fetch of its instructions.
-  QuantizeParams pw{};
-  SegmentTableArgs aw;
-  {
-    const int R = 512, C = 512;
-    const int32_t sizes[2] = {200, 312};
-    __nv_bfloat16* x;
-    CK(cudaMalloc(&x, size_t{2} * R * C));
-    fill_x<<<64, 256>>>(x, size_t(R) * C);
-    CK(cudaMalloc(&pw.q_t, size_t(C) * R));
-    CK(cudaMalloc(&pw.scales_t, sizeof(float) * 5 * C));
-    int32_t* d;
-    CK(cudaMalloc(&d, sizeof(sizes)));
-    CK(cudaMemcpy(d, sizes, sizeof(sizes), cudaMemcpyHostToDevice));
-    pw.x = x;
-    pw.rows = R;
-    pw.cols = C;
-    pw.q_t_ld = R;
-    pw.scales_t_ld = C;
-    aw.sizes = d;
-    aw.num_segments = 2;
-    aw.rows = R;
-    aw.num_row_blocks = 5;
-  }
+  const Cast warm(512, 512, {200, 312});
   for (int arg = 1; arg < argc; ++arg) {
     int R, C, G, align;
     if (std::sscanf(argv[arg], "%dx%dx%dx%d", &R, &C, &G, &align) != 4) return 1;
     const std::vector<int32_t> sizes = segment_sizes(R, G, align);
-    const int64_t row_blocks = k_block_capacity(R, G), ldq = align_up(R, 16), sld = scale_ld(C);
-    __nv_bfloat16* x;
-    uint8_t* q_t;
-    float* scales;
-    int32_t* d_sizes;
-    CK(cudaMalloc(&x, size_t{2} * R * C));
-    CK(cudaMalloc(&q_t, size_t(C) * ldq));
-    CK(cudaMalloc(&scales, sizeof(float) * row_blocks * sld));
-    CK(cudaMalloc(&d_sizes, sizeof(int32_t) * G));
-    CK(cudaMemcpy(d_sizes, sizes.data(), sizeof(int32_t) * G, cudaMemcpyHostToDevice));
-    fill_x<<<1024, 256>>>(x, size_t(R) * C);
-    QuantizeParams p{};
-    p.x = x;
-    p.rows = R;
-    p.cols = C;
-    p.q_t = q_t;
-    p.q_t_ld = ldq;
-    p.scales_t = scales;
-    p.scales_t_ld = sld;
-    SegmentTableArgs a;
-    a.sizes = d_sizes;
-    a.num_segments = G;
-    a.rows = R;
-    a.num_row_blocks = row_blocks;
+    const Cast cast(R, C, sizes);
+    const QuantizeParams& p = cast.p;
+    const SegmentTableArgs& a = cast.a;
+    const int64_t row_blocks = cast.row_blocks;
     const int smem = Cfg::smem_bytes(row_blocks);
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     // The bytes moved: x read, q_t and the scales written; the copy moves as many (half read, half written).
@@ -125,7 +118,7 @@ int main(int argc, char** argv) {
                                     flushed);
     const float us_warm = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a); }, 15, [&](int rep) {
       flushed(rep);
-      kernel<<<ctas, Cfg::kThreads, Cfg::smem_bytes(5)>>>(pw, aw);
+      kernel<<<ctas, Cfg::kThreads, Cfg::smem_bytes(warm.row_blocks)>>>(warm.p, warm.a);
     });
     const float us = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a); }, 15, flushed);
     CK(cudaGetLastError());
@@ -191,10 +184,6 @@ int main(int argc, char** argv) {
       std::printf("  %lld: %.2f (%d)", static_cast<long long>(n), s.first / s.second, s.second);
     }
     std::printf("\n");
-    CK(cudaFree(x));
-    CK(cudaFree(q_t));
-    CK(cudaFree(scales));
-    CK(cudaFree(d_sizes));
     CK(cudaFree(src));
     CK(cudaFree(dst));
   }
