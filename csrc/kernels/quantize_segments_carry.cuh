@@ -172,7 +172,7 @@ __device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* 
 }
 
 // Measurement only (scripts/experiments/carry_timeline_probe.cu): with WGRAD_CARRY_TIMELINE defined, thread 0
-// of every CTA writes the global timer at four points to wgrad_carry_timeline[8 * blockIdx.x + k], an array
+// of every CTA writes the global timer at six points to wgrad_carry_timeline[8 * blockIdx.x + k], an array
 // the including file defines (k: 0 entry, 1 table built, 2 first tile's loads issued, 3 done, 5 and 6 the
 // end of the first and second tiles), and its SM to entry 4 at the entry.
 #ifdef WGRAD_CARRY_TIMELINE
