@@ -219,22 +219,22 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   WGRAD_CARRY_MARK(1);
 
   const int64_t cols = p.cols, ldq = p.q_t_ld;
+  const int32_t cols32 = static_cast<int32_t>(cols);  // (C <= kMaxCols = 2^22)
   const int32_t used = summary.used_blocks;
   const int32_t col_tiles = static_cast<int32_t>(ceil_div(cols, Cfg::kTileCols));
 
   // Scale columns without rows (the table's entries from `used` on): 0 after the used blocks, NaN everywhere
-  // for invalid sizes.
-  // Element i of these (scale column used + i / C, column i % C) goes to the thread i mod the grid's threads:
-  // a thread's first by one 32-bit division, then steps of the grid's stride (no 64-bit division per element;
-  // the grid's threads and C are below 2^31).
+  // for invalid sizes. Element i of these (scale column used + i / C, column i % C) goes to the thread i mod
+  // the grid's threads: a thread's first by one 32-bit division, then steps of the grid's stride (no 64-bit
+  // division per element; the grid's threads and C are below 2^31).
   {
-    const int32_t entries = static_cast<int32_t>(seg_args.num_row_blocks), cols32 = static_cast<int32_t>(cols);
+    const int32_t entries = static_cast<int32_t>(seg_args.num_row_blocks);
     if (used < entries) {
       const uint32_t first = blockIdx.x * Cfg::kThreads + tid, stride = gridDim.x * Cfg::kThreads;
-      const auto step_blocks = static_cast<int32_t>(stride / static_cast<uint32_t>(cols32));
-      const auto step_cols = static_cast<int32_t>(stride % static_cast<uint32_t>(cols32));
-      int32_t row_block = used + static_cast<int32_t>(first / static_cast<uint32_t>(cols32));
-      int32_t c = static_cast<int32_t>(first % static_cast<uint32_t>(cols32));
+      const auto ucols = static_cast<uint32_t>(cols32);
+      const auto step_blocks = static_cast<int32_t>(stride / ucols), step_cols = static_cast<int32_t>(stride % ucols);
+      int32_t row_block = used + static_cast<int32_t>(first / ucols);
+      int32_t c = static_cast<int32_t>(first % ucols);
       while (row_block < entries) {
         fill_empty_scale_column(p, row_block, 0, table[row_block].row_count, c);
         row_block += step_blocks;
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   uint4 raw[Cfg::kRowsPerThread];
   // (Address arithmetic in 32 bits from a per-tile base: r * row_bytes < 128 * 2 * kMaxCols = 2^30; the host
   // sends wider x to the TMA kernel.)
-  const int32_t cols32 = static_cast<int32_t>(cols), row_bytes = cols32 * static_cast<int32_t>(sizeof(T));
+  const int32_t row_bytes = cols32 * static_cast<int32_t>(sizeof(T));
   auto issue_loads = [&](const CarryTile& tile) {
     const RowBlock blk = table[tile.b];
     const int32_t col = tile.c * Cfg::kTileCols + 8 * m;
