@@ -9,7 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <type_traits>
 
 #include "checks.h"
@@ -194,6 +197,56 @@ CarryTile carry_tile() {
   return CarryTile::k128x8;
 }
 
+// The carry kernel's dynamic tail (CarryDynamic, carry_split): "auto" (the default: the remainder tiles %
+// CTAs from the counter, one at a time, when it is at most half the CTAs; else one range per CTA), "off"
+// (one range per CTA), or "BACK:CHUNK" (always: static ranges of tiles / CTAs - BACK tiles, the rest from the
+// counter in runs of CHUNK tiles). Knob WGRAD_CARRY_DYNAMIC, read at every call.
+struct CarryDynamicKnob {
+  bool on = true;
+  int32_t back = 0, chunk = 1;
+  int64_t max_remainder = -1;  // -1: half the CTAs
+};
+CarryDynamicKnob carry_dynamic_knob() {
+  const char* v = std::getenv("WGRAD_CARRY_DYNAMIC");
+  CarryDynamicKnob k;
+  if (v == nullptr || std::strcmp(v, "auto") == 0) return k;
+  if (std::strcmp(v, "off") == 0) {
+    k.on = false;
+    return k;
+  }
+  const char* colon = std::strchr(v, ':');
+  long back = -1, chunk = 0;
+  const bool ok = colon != nullptr && parse_knob_int(std::string(v, colon).c_str(), &back) &&
+                  parse_knob_int(colon + 1, &chunk) && back >= 0 && back <= 64 && chunk >= 1 && chunk <= 64;
+  TORCH_CHECK(ok, "WGRAD_CARRY_DYNAMIC must be auto, off or BACK:CHUNK (0-64, 1-64), got '", v, "'");
+  k.back = static_cast<int32_t>(back);
+  k.chunk = static_cast<int32_t>(chunk);
+  k.max_remainder = std::numeric_limits<int32_t>::max();
+  return k;
+}
+
+// The dynamic tail's counter for a launch on `stream`: 0 when the launch starts, and every launch leaves it
+// at 0. Outside graph capture, one counter per (device, stream) (launches on one stream run one after the
+// other; launches on two streams use two counters), made once with at::zeros on its stream. In a graph
+// being captured, a buffer of the call's own, set to 0 by a memset node before the kernel's (a graph may be
+// replayed on any stream, beside eager calls). `keep` holds that buffer until the launch is enqueued.
+int32_t* carry_counter(const at::Tensor& x, cudaStream_t stream, at::Tensor& keep) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    keep = at::empty({1}, x.options().dtype(at::kInt));
+    C10_CUDA_CHECK(cudaMemsetAsync(keep.data_ptr<int32_t>(), 0, sizeof(int32_t), stream));
+    return keep.data_ptr<int32_t>();
+  }
+  static std::mutex mutex;
+  // (Never freed: a tensor destroyed after the CUDA runtime at exit would crash.)
+  static auto* counters = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
+  std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& counter = (*counters)[{static_cast<int>(x.get_device()), stream}];
+  if (!counter.defined()) counter = at::zeros({1}, x.options().dtype(at::kInt));
+  return counter.data_ptr<int32_t>();
+}
+
 // The segments kernel's automatic tile order, tabulated here for every count of used row blocks B the
 // sizes can give (B in [ceil(R / 128), floor((R + 127 G) / 128)]: at most G + 1 values), instead of being
 // chosen by every CTA at its start: that choice cost ~0.5-1.4 us per launch (the same order forced by
@@ -357,8 +410,8 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
 // The segments cast with carried sectors: SegmentsCarryConfig<...>::kCtasPerSm CTAs per SM, each one contiguous
 // range of the tiles (quantize_segments_carry.cuh).
 template <typename T, int kTileCols, int kRowsPerThread>
-void launch_segments_carry(const QuantizeParams& p, const quant::SegmentTableArgs& segments, int num_sms,
-                           cudaStream_t stream) {
+void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const quant::SegmentTableArgs& segments,
+                           int num_sms, cudaStream_t stream) {
   using Cfg = quant::SegmentsCarryConfig<kTileCols, kRowsPerThread>;
   auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T, kTileCols, kRowsPerThread>;
   const int smem_bytes = Cfg::smem_bytes(segments.num_row_blocks);
@@ -369,7 +422,15 @@ void launch_segments_carry(const QuantizeParams& p, const quant::SegmentTableArg
   static_assert(Cfg::kCtasPerSm * (Cfg::smem_bytes(Cfg::kMaxTableEntries) + 1024) <= 228 * 1024,
                 "kCtasPerSm CTAs of the largest table fit in one SM's shared memory");
   const unsigned grid = static_cast<unsigned>(num_sms * Cfg::kCtasPerSm);
-  kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(p, segments);
+  quant::CarryDynamic dyn;
+  at::Tensor keep;  // (a counter of the call's own, in graph capture)
+  if (const CarryDynamicKnob knob = carry_dynamic_knob(); knob.on) {
+    dyn.counter = carry_counter(x, stream, keep);
+    dyn.back = knob.back;
+    dyn.chunk = knob.chunk;
+    dyn.max_remainder = static_cast<int32_t>(knob.max_remainder < 0 ? grid / 2 : knob.max_remainder);
+  }
+  kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(p, segments, dyn);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -431,11 +492,11 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int
               want_segments_carry(p.rows, p.cols, segments.num_segments)) {
             const CarryTile tile = carry_tile();
             if (tile == CarryTile::k64x8 && segments.num_row_blocks <= Carry64x8::kMaxTableEntries) {
-              launch_segments_carry<T, 64, 8>(p, segments, num_sms, stream);
+              launch_segments_carry<T, 64, 8>(x, p, segments, num_sms, stream);
             } else if (tile == CarryTile::k64x4 && segments.num_row_blocks <= Carry64x4::kMaxTableEntries) {
-              launch_segments_carry<T, 64, 4>(p, segments, num_sms, stream);
+              launch_segments_carry<T, 64, 4>(x, p, segments, num_sms, stream);
             } else {
-              launch_segments_carry<T, 128, 8>(p, segments, num_sms, stream);
+              launch_segments_carry<T, 128, 8>(x, p, segments, num_sms, stream);
             }
             return;
           }

@@ -654,6 +654,91 @@ def test_gpu_segments_carry_kernel(rows, cols, groups, seed, dtype, tile, monkey
 
 
 @sm90
+@pytest.mark.parametrize("dynamic", ["0:1", "1:1", "1:2", "2:3", "64:1"])
+@pytest.mark.parametrize("tile", ["128x8", "64x8"])
+def test_gpu_segments_carry_dynamic_tail(dynamic, tile, monkeypatch):
+    # WGRAD_CARRY_DYNAMIC=BACK:CHUNK: every CTA walks a static range of tiles / CTAs - BACK tiles, then takes
+    # runs of CHUNK tiles from a counter until none is left (64:1: no static range at all, every tile from the
+    # counter; 0:1: only the remainder). The counter must be 0 at every launch, so the same cast runs three
+    # times in a row; the shapes of the carry kernel's test (ranges of ~2 tiles, more CTAs than tiles,
+    # R % 16 != 0) and the benchmark's split at 4096 x 2112.
+    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
+    monkeypatch.setenv("WGRAD_CARRY_TILE", tile)
+    monkeypatch.setenv("WGRAD_CARRY_DYNAMIC", dynamic)
+    for rows, cols, groups, seed in ((6000, 1000, 9, 103), (700, 1032, 32, 107), (3001, 2048, 5, 109),
+                                     (4096, 2112, 8, 0)):
+        if seed == 0:
+            from wgrad.bench_quant import _segment_sizes
+            sizes = torch.tensor(_segment_sizes(rows, 8), dtype=torch.int32)
+        else:
+            sizes = _random_split(rows, groups, seed=seed)
+        x = _random_x(rows, cols, torch.bfloat16, seed=seed)
+        for ue8m0 in (False, True, False):
+            _check_gpu_op("segments", x, ue8m0, sizes)
+
+
+@sm90
+@pytest.mark.parametrize("dynamic", [None, "0:1"])
+def test_gpu_segments_carry_dynamic_tail_two_streams(dynamic, monkeypatch):
+    # Casts on two streams at once: each stream has a counter of its own (a shared one would hand a tile to
+    # one launch only, and the other's q_t would miss it). None: the automatic tail (the remainder from the
+    # counter when it is at most half the CTAs: 36 of 396 here on an H200), 0:1 always.
+    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
+    if dynamic is None:
+        monkeypatch.delenv("WGRAD_CARRY_DYNAMIC", raising=False)
+    else:
+        monkeypatch.setenv("WGRAD_CARRY_DYNAMIC", dynamic)
+    from wgrad.bench_quant import _segment_sizes
+    rows, cols = 4096, 7168
+    sizes_cpu = torch.tensor(_segment_sizes(rows, 8), dtype=torch.int32)
+    xs_cpu = [_random_x(rows, cols, torch.bfloat16, seed=s) for s in (157, 163)]
+    expected = [reference.quantize_fp8_1x128_colwise_segments_reference(x, sizes_cpu.tolist()) for x in xs_cpu]
+    xs, sizes = [x.cuda() for x in xs_cpu], sizes_cpu.cuda()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    outs = [[], []]
+    for _ in range(4):
+        for i, s in enumerate(streams):
+            with torch.cuda.stream(s):
+                outs[i].append(OPS.quantize_fp8_1x128_colwise_segments(xs[i], sizes, False))
+    torch.cuda.synchronize()
+    for i in range(2):
+        for k, (q_t, s_t) in enumerate(outs[i]):
+            _assert_bits_equal(q_t, expected[i][0], f"q_t of stream {i}, call {k}")
+            _assert_bits_equal(s_t, expected[i][1], f"scales_t of stream {i}, call {k}")
+
+
+@sm90
+def test_gpu_segments_carry_dynamic_tail_graph_replay(monkeypatch):
+    # The counter is set to 0 in the stream before every launch, in a CUDA graph too: replays with new
+    # sizes, and eager calls between them, give the reference's bits.
+    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
+    monkeypatch.setenv("WGRAD_CARRY_DYNAMIC", "1:1")
+    rows, cols = 3000, 2048
+    x_cpu = _random_x(rows, cols, torch.bfloat16, seed=151)
+    x = x_cpu.cuda()
+    sizes = torch.tensor([1500, 0, 1500], dtype=torch.int32, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up outside the graph
+        OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q_t, s_t = OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+    for new in ([3000, 0, 0], [1, 2998, 1], [777, 1000, 1223]):
+        sizes.copy_(torch.tensor(new, dtype=torch.int32))
+        graph.replay()
+        eager_q, eager_s = OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+        torch.cuda.synchronize()
+        exp_q, exp_s = reference.quantize_fp8_1x128_colwise_segments_reference(x_cpu, new)
+        for got_q, got_s, what in ((q_t, s_t, "replay"), (eager_q, eager_s, "eager")):
+            _assert_bits_equal(got_q, exp_q, f"q_t after {what} with {new}")
+            _assert_bits_equal(got_s, exp_s, f"scales_t after {what} with {new}")
+
+
+@sm90
 @pytest.mark.parametrize("kernel", [None, "auto", "tma"])
 def test_gpu_segments_automatic_kernel_choice(kernel, monkeypatch):
     # 4096 x 4096 in 8 and 16 random segments (256 rows each on average or more, R x C = 2^24): the automatic
@@ -866,9 +951,12 @@ _ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip 
     ("WGRAD_SEGMENTS_PACKED", "yes", "segments", "WGRAD_SEGMENTS_PACKED must be 0, 1 or auto, got 'yes'"),
     ("WGRAD_SEGMENT_KERNEL", "tmaa", "segments", "WGRAD_SEGMENT_KERNEL must be auto, carry or tma, got 'tmaa'"),
     ("WGRAD_CARRY_TILE", "64", "segments", "WGRAD_CARRY_TILE must be 128x8, 64x8 or 64x4, got '64'"),
+    *[("WGRAD_CARRY_DYNAMIC", v, "segments",
+       f"WGRAD_CARRY_DYNAMIC must be auto, off or BACK:CHUNK \\(0-64, 1-64\\), got '{v}'")
+      for v in ["on", "1", "1:0", "-1:1", "65:1", "1:65", "1:2:3", "1,1"]],
 ])
 def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypatch):
-    if var == "WGRAD_CARRY_TILE":  # (read only when the carry kernel is taken)
+    if var in ("WGRAD_CARRY_TILE", "WGRAD_CARRY_DYNAMIC"):  # (read only when the carry kernel is taken)
         monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
     monkeypatch.setenv(var, value)
     x = torch.randn(300, 128, device="cuda", dtype=torch.bfloat16)

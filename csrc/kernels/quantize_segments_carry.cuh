@@ -10,13 +10,18 @@
 // R x C >= 2^24 (carry_kernel_by_default; the knob WGRAD_SEGMENT_KERNEL in quantize.cu forces either kernel).
 // Since session 30 (fewer instructions per tile) it beats or ties the TMA kernel on every such split cast
 // measured, 4096-16384 rows x 2112-24576 features (session 33, 8 unaligned segments: 71-84 % of a copy
-// against the TMA kernel's 63-74; docs/perf-notes.md, sessions 28-33). Tile shapes (WGRAD_CARRY_TILE,
+// against the TMA kernel's 63-74; session 34's dynamic tail: 70-83; docs/perf-notes.md, sessions 28-34). Tile shapes (WGRAD_CARRY_TILE,
 // SegmentsCarryConfig): 128 x 8 the default; 64 x 8 within -3 to +2 points of it, 64 x 4 3-10 points
 // slower (session 31, run 2).
 // Structure: a plain (not warp-specialized) persistent kernel, kCtasPerSm CTAs per SM (the default tile
 // shape: 3 of 256 threads), each CTA one contiguous range of the tiles in column-major order (tile = one
 // block of <= 128 rows of one segment x kTileCols = 128 (or 64) columns of x; the tiles of one column tile
-// follow each other along R). Per tile:
+// follow each other along R). With the dynamic tail (CarryDynamic; by default when tiles % CTAs is at most
+// half the CTAs) every range holds tiles / CTAs tiles and the remainder goes one tile at a time to the CTAs
+// that ask first, from a counter in global memory: the CTAs that would have held an extra tile were placed
+// by the block scheduler wherever it liked, up to three on one SM (session 34: +1.5 to +3.5 points where
+// taken; with more tiles from the counter, the single tiles' partial sectors cost more than the balance
+// gains). Per tile:
 //   1. 16-byte loads into registers: thread (m, pg) = (tid % kColGroups, tid / kColGroups) holds columns
 //      8 m .. 8 m + 7 of kRowsPerThread = 8 (or 4) rows of the block, chosen so that their bytes make one
 //      aligned group of q_t (carry_block_row; issued during the tile before);
@@ -73,7 +78,8 @@ struct SegmentsCarryConfig {
   static constexpr int kMaximaSmem = kWarps * (kTileCols / 2) * 4;       // column pairs per warp
   static constexpr int kScaleSmem = 2 * kTileCols * 4;
   static constexpr int kNanSmem = kTileCols;  // a byte per column: 0xFF where its scale is NaN
-  static constexpr int kTableOffset = kRingSmem + kMaximaSmem + kScaleSmem + kNanSmem;
+  static constexpr int kRunSmem = 16;  // the counter's answer (CarryDynamic), the table 16-byte aligned
+  static constexpr int kTableOffset = kRingSmem + kMaximaSmem + kScaleSmem + kNanSmem + kRunSmem;
   static constexpr int smem_bytes(int64_t table_entries) {
     return kTableOffset + static_cast<int>(table_entries) * static_cast<int>(sizeof(RowBlock));
   }
@@ -81,6 +87,17 @@ struct SegmentsCarryConfig {
   // with the 1 KB the SM reserves per CTA, in an SM90 SM's 228 KB).
   static constexpr int kMaxTableEntries = kCtasPerSm * (smem_bytes(2048) + 1024) <= 228 * 1024 ? 2048 : 1024;
   static_assert(kThreads >= 2 * kTileCols, "the partial sectors: a thread per q_t row for the head, one for the tail");
+};
+
+// The dynamic tail (carry_split): a counter in global memory that is 0 when the launch starts (and that the
+// launch leaves at 0), the static range's tiles below an even split (`back`) and the tiles of a run the
+// counter hands out (`chunk`, >= 1), taken when the launch's tiles % CTAs is at most max_remainder.
+// counter == nullptr, or a larger remainder: every CTA one range of carry_range, the counter untouched.
+struct CarryDynamic {
+  int32_t* counter = nullptr;
+  int32_t back = 0;
+  int32_t chunk = 1;
+  int32_t max_remainder = 0;
 };
 
 // Word index in the ring of q_t column `pos` (absolute) of ring row `row`. Words are XOR-swizzled in
@@ -174,7 +191,7 @@ __device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* 
 // Measurement only (scripts/experiments/carry_timeline_probe.cu): with WGRAD_CARRY_TIMELINE defined, thread 0
 // of every CTA writes the global timer at six points to wgrad_carry_timeline[8 * blockIdx.x + k], an array
 // the including file defines (k: 0 entry, 1 table built, 2 first tile's loads issued, 3 done, 5 and 6 the
-// end of the first and second tiles), and its SM to entry 4 at the entry.
+// end of the first and second tiles), its SM to entry 4 at the entry and the tiles it walked to entry 7.
 #ifdef WGRAD_CARRY_TIMELINE
 #define WGRAD_CARRY_MARK(k)                                                \
   do {                                                                     \
@@ -189,16 +206,24 @@ __device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* 
       }                                                                    \
     }                                                                      \
   } while (0)
+#define WGRAD_CARRY_TILES(n)                                                         \
+  do {                                                                               \
+    if (threadIdx.x == 0) wgrad_carry_timeline[8 * blockIdx.x + 7] = (n);            \
+  } while (0)
 #else
 #define WGRAD_CARRY_MARK(k) \
   do {                      \
+  } while (0)
+#define WGRAD_CARRY_TILES(n) \
+  do {                       \
   } while (0)
 #endif
 
 template <typename T, int kTileColumns, int kRowsPerThreadV>
 __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kThreads,
                                   SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kCtasPerSm)
-    quantize_fp8_1x128_segments_carry_kernel(const QuantizeParams p, const SegmentTableArgs seg_args) {
+    quantize_fp8_1x128_segments_carry_kernel(const QuantizeParams p, const SegmentTableArgs seg_args,
+                                             const CarryDynamic dyn) {
   static_assert(sizeof(T) == 2, "16-bit x: one 16-byte load per 8 columns");
   using Cfg = SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>;
   constexpr int kR = Cfg::kRowsPerThread;
@@ -209,6 +234,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   float* s_scale = reinterpret_cast<float*>(smem + Cfg::kRingSmem + Cfg::kMaximaSmem);
   float* s_inv = s_scale + Cfg::kTileCols;
   uint8_t* s_nan = reinterpret_cast<uint8_t*>(s_inv + Cfg::kTileCols);
+  int32_t* s_run = reinterpret_cast<int32_t*>(s_nan + Cfg::kTileCols);  // the counter's answer
   RowBlock* table = reinterpret_cast<RowBlock*>(smem + Cfg::kTableOffset);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   WGRAD_CARRY_MARK(0);
@@ -246,14 +272,40 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       }
     }
   }
-  const CarryRange walk = carry_range(int64_t{used} * col_tiles, blockIdx.x, gridDim.x);
+  const int64_t tiles = int64_t{used} * col_tiles;
+  // The static range, then (with a counter) the runs the counter hands out. Thread 0 asks for the next run
+  // at the start of a range's last tile and posts the answer in s_run before the tile's second barrier.
+  CarrySplit split{};
+  int64_t handed_out = 0;  // indices the launch takes from the counter (0: none)
+  CarryRange walk;
+  if (dyn.counter != nullptr && carry_remainder(tiles, gridDim.x) <= dyn.max_remainder) {
+    split = carry_split(tiles, gridDim.x, dyn.back, dyn.chunk);
+    handed_out = split.runs > 0 ? split.runs + gridDim.x : 0;
+    walk = carry_static_range(split, blockIdx.x);
+  } else {
+    walk = carry_range(tiles, blockIdx.x, gridDim.x);
+  }
+  // Thread 0: posts the counter's answer to s_run; the launch's last index sets the counter back to 0.
+  auto post = [&](int32_t i) {
+    *s_run = i;
+    if (i == handed_out - 1) atomicExch(dyn.counter, 0);
+  };
+  auto run_of = [&](int32_t i) {
+    return i < split.runs ? carry_dynamic_run(split, tiles, i) : CarryRange{0, 0, true};
+  };
+  if (walk.first >= walk.last && handed_out > 0) {  // no static range: the first run from the counter now
+    if (tid == 0) post(atomicAdd(dyn.counter, 1));
+    __syncthreads();
+    walk = run_of(*s_run);
+  }
   if (walk.first >= walk.last) {
     WGRAD_CARRY_MARK(2);
     WGRAD_CARRY_MARK(3);
+    WGRAD_CARRY_TILES(0);
     return;
   }
-  const bool up = walk.up;
-  const int64_t count = walk.last - walk.first;
+  bool up = walk.up;
+  int64_t count = walk.last - walk.first;
   const T* x = static_cast<const T*>(p.x);
 
   uint4 raw[Cfg::kRowsPerThread];
@@ -294,12 +346,19 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   static_assert(int64_t{Cfg::kMaxTableEntries} * kBlock + 16 < (int64_t{1} << 31), "q_t columns fit in 32 bits");
   const int32_t rows32 = static_cast<int32_t>(p.rows), ldq32 = static_cast<int32_t>(ldq);
   int32_t done = 0;
-  for (int64_t idx = 0; idx < count; ++idx, prev = tile, tile = carry_step(walk, tile, used)) {
+  int64_t n = 0;  // tiles walked
+  for (int64_t idx = 0;; ++n) {
     const RowBlock blk = table[tile.b];
     const int32_t a = blk.out_start, e = a + blk.row_count;
+    // The last tile of the range or run: the next one comes from the counter (asked now, answered in s_run
+    // after the second barrier), or there is none.
+    const bool last_of_run = idx + 1 == count;
+    const bool asking = last_of_run && handed_out > 0;
+    int32_t answer = 0;  // (used only before the second barrier: the atomic's latency hides behind the maxima)
+    if (asking && tid == 0) answer = atomicAdd(dyn.counter, 1);
     // The tiles before and after this one in the walk: contiguous in q_t when they are the neighbouring
     // blocks of the same column tile.
-    const CarryTile next = carry_step(walk, tile, used);
+    CarryTile next = carry_step(walk, tile, used);
     auto contiguous = [&](bool before, const CarryTile& o) {
       const RowBlock ob = table[o.b];
       return carry_contiguous(up, before, tile.c, a, e, o, ob.out_start, ob.row_count);
@@ -344,8 +403,15 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       s_nan[tid] = isnan(scale) ? uint8_t{0xFF} : uint8_t{0};
       const int64_t col = int64_t{tile.c} * Cfg::kTileCols + tid;
       if (col < cols) p.scales_t[int64_t{tile.b} * p.scales_t_ld + col] = scale;
+      if (asking && tid == 0) post(answer);
     }
     __syncthreads();
+    CarryRange next_run{0, 0, true};
+    if (asking) {
+      next_run = run_of(*s_run);
+      if (next_run.first < next_run.last) next = carry_walk_tile(next_run, 0, used);
+    }
+    const bool has_next = !last_of_run || next_run.first < next_run.last;
 
     // 3. Quantize (per column scale), transpose, into the ring.
     if (!warp_idle) {
@@ -425,7 +491,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
     // The next tile's loads in flight while this tile is stored. (Issued right after the maxima, with the
     // tile's x kept in shared memory for the quantization, they ran 13-20 points slower: 32 KB more shared
     // memory per CTA leaves the L1 too small for three CTAs' loads in flight.)
-    if (idx + 1 < count) issue_loads(next);
+    if (has_next) issue_loads(next);
     __syncthreads();
 
     // 4. Store [S, E): whole sectors from the ring, the parts of sectors shared with another range in
@@ -478,9 +544,24 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
                          tail_part ? sectors.tail_from : S, len, rows32);
       }
     }
-    if (idx < 2) WGRAD_CARRY_MARK(5 + idx);
+    if (n < 2) WGRAD_CARRY_MARK(5 + n);
+    if (!has_next) {
+      ++n;
+      break;
+    }
+    prev = tile;
+    tile = next;
+    if (last_of_run) {  // a run from the counter: walked as a range of its own (nothing carried in)
+      walk = next_run;
+      up = walk.up;
+      count = walk.last - walk.first;
+      idx = 0;
+    } else {
+      ++idx;
+    }
   }
   WGRAD_CARRY_MARK(3);
+  WGRAD_CARRY_TILES(n);
 }
 
 }  // namespace wgrad::quant

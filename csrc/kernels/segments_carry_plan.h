@@ -61,6 +61,52 @@ WGRAD_HOST_DEVICE inline CarryRange carry_range(int64_t tiles, int64_t cta, int6
   return {tiles * cta / ctas, tiles * (cta + 1) / ctas, up};
 }
 
+// The split with a dynamic tail (a tile counter in global memory): every CTA first walks a static range of
+// `per_cta` tiles (CTA b: [b per_cta, (b + 1) per_cta), even CTAs up, odd ones down, as carry_range's), then
+// takes runs of `chunk` tiles of the rest [static_tiles, tiles) one at a time from the counter, in order,
+// until it hands out an index >= runs; a CTA that finishes early so takes more. per_cta = tiles / ctas -
+// `back` (at least 0): back = 0 leaves only the remainder tiles % ctas to the counter. Every CTA takes
+// exactly one index >= runs (when runs > 0), so a launch hands out runs + ctas indices: the CTA given the
+// last one sets the counter back to 0 for the next launch.
+struct CarrySplit {
+  int64_t per_cta;       // tiles of every CTA's static range
+  int64_t static_tiles;  // per_cta x ctas: the counter's runs start here
+  int64_t runs;          // runs of `chunk` tiles the counter hands out (the last one may be shorter)
+  int32_t chunk;
+};
+WGRAD_HOST_DEVICE inline CarrySplit carry_split(int64_t tiles, int64_t ctas, int32_t back, int32_t chunk) {
+  CarrySplit s;
+  s.chunk = chunk;
+  if (tiles < (int64_t{1} << 31)) {  // (32-bit divisions while the tiles fit, as in carry_range)
+    const auto t = static_cast<uint32_t>(tiles), n = static_cast<uint32_t>(ctas), k = static_cast<uint32_t>(chunk);
+    const uint32_t even = t / n, per_cta = even > static_cast<uint32_t>(back) ? even - back : 0u;
+    s.per_cta = per_cta;
+    s.static_tiles = int64_t{per_cta} * ctas;
+    s.runs = (t - static_cast<uint32_t>(s.static_tiles) + k - 1u) / k;
+    return s;
+  }
+  const int64_t even = tiles / ctas;
+  s.per_cta = even > back ? even - back : 0;
+  s.static_tiles = s.per_cta * ctas;
+  s.runs = (tiles - s.static_tiles + chunk - 1) / chunk;
+  return s;
+}
+// tiles % ctas (in 32 bits while the tiles fit).
+WGRAD_HOST_DEVICE inline int64_t carry_remainder(int64_t tiles, int64_t ctas) {
+  if (tiles < (int64_t{1} << 31)) return static_cast<uint32_t>(tiles) % static_cast<uint32_t>(ctas);
+  return tiles % ctas;
+}
+WGRAD_HOST_DEVICE inline CarryRange carry_static_range(const CarrySplit& s, int64_t cta) {
+  return {s.per_cta * cta, s.per_cta * (cta + 1), (cta & 1) == 0};
+}
+// Run `i` (< s.runs) of the counter: neighbouring runs walk in opposite directions (run i up when i is even),
+// so the sector two of them share is stored in parts at about the same time (both at their ends), as the
+// static ranges' are.
+WGRAD_HOST_DEVICE inline CarryRange carry_dynamic_run(const CarrySplit& s, int64_t tiles, int64_t i) {
+  const int64_t first = s.static_tiles + i * s.chunk;
+  return {first, first + s.chunk < tiles ? first + s.chunk : tiles, (i & 1) == 0};
+}
+
 struct CarryTile {
   int32_t b;  // row block (scale column), < used blocks
   int32_t c;  // column tile

@@ -7,7 +7,9 @@
 // tiles per SM; and the kernel's time when a small cast ran between the flush and the call (its code in
 // the L2).
 // Build: nvcc -std=c++20 -arch=sm_90a -O3 -I csrc -I scripts/experiments carry_timeline_probe.cu
-// Run: ./a.out 4096x7168x8x1 4096x7168x1x1 ... (R x C x G x align)
+// Run: ./a.out 4096x7168x8x1 4096x7168x1x1 ... (R x C x G x align); CARRY_DYNAMIC=BACK:CHUNK in the
+// environment (or BACK:CHUNK:MAX_REMAINDER): the kernel's dynamic tail (CarryDynamic) with one counter the launches leave at 0 (timed
+// without a memset; the tiles per CTA are the kernel's own count).
 #include <cuda_bf16.h>
 
 #include <map>
@@ -94,6 +96,14 @@ int main(int argc, char** argv) {
   const size_t kFlush = size_t{256} << 20;
   CK(cudaMalloc(&flush, kFlush));
   auto kernel = &quantize_fp8_1x128_segments_carry_kernel<__nv_bfloat16, 128, 8>;
+  CarryDynamic dyn;
+  if (const char* v = std::getenv("CARRY_DYNAMIC")) {
+    dyn.max_remainder = 1 << 30;  // (BACK:CHUNK:MAX_REMAINDER: the tail only for remainders up to that)
+    if (std::sscanf(v, "%d:%d:%d", &dyn.back, &dyn.chunk, &dyn.max_remainder) < 2) return 1;
+    CK(cudaMalloc(&dyn.counter, sizeof(int32_t)));
+    CK(cudaMemset(dyn.counter, 0, sizeof(int32_t)));
+    std::printf("dynamic tail: back %d, chunk %d, max remainder %d\n", dyn.back, dyn.chunk, dyn.max_remainder);
+  }
   // A small cast of its own (512 x 512, two unaligned segments) that brings the kernel's code into the L2
   // after the flush and before a timed call ("code warm"): what the rest of the launch costs is then not
   // the first fetch of its instructions.
@@ -116,11 +126,16 @@ int main(int argc, char** argv) {
     auto flushed = [&](int rep) { CK(cudaMemsetAsync(flush, rep, kFlush)); };
     const float copy_us = median_us([&] { CK(cudaMemcpyAsync(dst, src, bytes / 2, cudaMemcpyDeviceToDevice)); }, 15,
                                     flushed);
-    const float us_warm = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a); }, 15, [&](int rep) {
+    const float us_warm = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn); }, 15, [&](int rep) {
       flushed(rep);
-      kernel<<<ctas, Cfg::kThreads, Cfg::smem_bytes(warm.row_blocks)>>>(warm.p, warm.a);
+      kernel<<<ctas, Cfg::kThreads, Cfg::smem_bytes(warm.row_blocks)>>>(warm.p, warm.a, dyn);
     });
-    const float us = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a); }, 15, flushed);
+    // (With the dynamic tail: also with the host's memset of the counter before each call, as the op does.)
+    const float us_memset = dyn.counter == nullptr ? 0.0f : median_us([&] {
+      CK(cudaMemsetAsync(dyn.counter, 0, sizeof(int32_t)));
+      kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn);
+    }, 15, flushed);
+    const float us = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn); }, 15, flushed);
     CK(cudaGetLastError());
     std::vector<unsigned long long> tl(8 * ctas);
     CK(cudaMemcpyFromSymbol(tl.data(), wgrad_carry_timeline, sizeof(unsigned long long) * 8 * ctas));
@@ -138,8 +153,7 @@ int main(int argc, char** argv) {
     std::map<int64_t, int64_t> sm_tiles;                  // SM -> tiles
     std::map<int64_t, double> sm_end;                     // SM -> its last CTA's end
     for (int b = 0; b < ctas; ++b) {
-      const CarryRange r = carry_range(used * col_tiles, b, ctas);
-      const int64_t n = r.last - r.first;
+      const int64_t n = static_cast<int64_t>(tl[8 * b + 7]);  // tiles the CTA walked
       entry.push_back(at(b, 0));
       table.push_back(at(b, 1) - at(b, 0));
       first.push_back(at(b, 2) - at(b, 1));
@@ -161,6 +175,7 @@ int main(int argc, char** argv) {
                 "kernel %.2f us (code warm %.2f), copy %.2f us: %.1f %% of copy\n",
                 R, C, G, align, block_rows.size(), static_cast<long long>(used * col_tiles),
                 double(used * col_tiles) / ctas, us, us_warm, copy_us, 100.0 * copy_us / us);
+    if (dyn.counter != nullptr) std::printf("  with the counter's memset before each call: %.2f us\n", us_memset);
     std::printf("  entry spread: p50 %.2f max %.2f us; table: p50 %.2f max %.2f us; "
                 "to first loads: p50 %.2f max %.2f\n",
                 pct(entry, 0.5), pct(entry, 1.0), pct(table, 0.5), pct(table, 1.0), pct(first, 0.5), pct(first, 1.0));
@@ -186,6 +201,11 @@ int main(int argc, char** argv) {
     std::printf("\n");
     CK(cudaFree(src));
     CK(cudaFree(dst));
+    if (dyn.counter != nullptr) {
+      int32_t left = -1;
+      CK(cudaMemcpy(&left, dyn.counter, sizeof(int32_t), cudaMemcpyDeviceToHost));
+      if (left != 0) std::printf("  COUNTER LEFT AT %d (must be 0)\n", left);
+    }
   }
   return 0;
 }

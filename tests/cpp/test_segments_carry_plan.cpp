@@ -40,9 +40,64 @@ struct Stats {
   int64_t whole_sectors = 0;
 };
 
-// Replays the kernel's walk (quantize_fp8_1x128_segments_carry_kernel, step 4) for `ctas` CTAs. (void:
-// gtest's ASSERT_* return from it.)
-void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, Stats* out = nullptr) {
+// The dynamic tail to replay (CarryDynamic): static ranges of carry_split, then its runs; `order` says which
+// CTA takes each index the counter hands out (any order a launch could see).
+struct DynamicTail {
+  int32_t back;
+  int32_t chunk;
+  uint32_t seed;  // the CTAs take the counter's indices in an order of this seed
+};
+
+// The ranges the kernel walks with a dynamic tail, each with the CTA that walks it: carry_split's static
+// ranges, then its runs handed to CTAs in a random order, as the counter does (every CTA asks until it gets
+// an index >= runs). Checks that the launch hands out runs + ctas indices and that the ranges tile [0, tiles).
+void dynamic_walks(int64_t tiles, int64_t ctas, const DynamicTail& d, std::vector<CarryRange>* walks,
+                   std::vector<int64_t>* owners) {
+  const CarrySplit split = carry_split(tiles, ctas, d.back, d.chunk);
+  ASSERT_EQ(split.static_tiles, split.per_cta * ctas);
+  ASSERT_LE(split.static_tiles, tiles);
+  ASSERT_EQ(split.per_cta, std::max<int64_t>(0, tiles / ctas - d.back));
+  std::vector<std::pair<int64_t, CarryRange>> pieces;
+  for (int64_t cta = 0; cta < ctas; ++cta) {
+    const CarryRange r = carry_static_range(split, cta);
+    if (r.first < r.last) pieces.push_back({r.first, r});
+    walks->push_back(r);
+    owners->push_back(cta);
+  }
+  std::mt19937 gen(d.seed);
+  std::vector<bool> asking(ctas, true);
+  int64_t next_index = 0, asking_ctas = split.runs > 0 ? ctas : 0;
+  while (asking_ctas > 0) {
+    const int64_t cta = std::uniform_int_distribution<int64_t>(0, ctas - 1)(gen);
+    if (!asking[cta]) continue;
+    const int64_t i = next_index++;
+    if (i >= split.runs) {
+      asking[cta] = false;
+      --asking_ctas;
+      continue;
+    }
+    const CarryRange r = carry_dynamic_run(split, tiles, i);
+    ASSERT_LT(r.first, r.last) << "run " << i;
+    ASSERT_LE(r.last - r.first, d.chunk);
+    ASSERT_EQ(r.up, (i & 1) == 0);
+    pieces.push_back({r.first, r});
+    walks->push_back(r);
+    owners->push_back(cta);
+  }
+  ASSERT_EQ(next_index, split.runs > 0 ? split.runs + ctas : 0) << "indices a launch hands out";
+  std::sort(pieces.begin(), pieces.end(), [](const auto& l, const auto& r) { return l.first < r.first; });
+  int64_t covered = 0;
+  for (const auto& piece : pieces) {
+    ASSERT_EQ(piece.second.first, covered) << "the ranges leave a gap or overlap";
+    covered = piece.second.last;
+  }
+  ASSERT_EQ(covered, tiles);
+}
+
+// Replays the kernel's walk (quantize_fp8_1x128_segments_carry_kernel, step 4) for `ctas` CTAs: each CTA's
+// range of carry_range, or with `dynamic` the ranges of dynamic_walks. (void: gtest's ASSERT_* return from it.)
+void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, Stats* out = nullptr,
+            const DynamicTail* dynamic = nullptr) {
   const std::vector<Block> blocks = blocks_of(sizes);
   int64_t rows = 0;
   for (int64_t s : sizes) rows += s;
@@ -56,8 +111,20 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
                                                       std::vector<std::set<int64_t>>(ceil_div(pitch, kCarrySector)));
   std::vector<std::vector<bool>> partial(col_tiles, std::vector<bool>(ceil_div(pitch, kCarrySector), false));
 
-  for (int64_t cta = 0; cta < ctas; ++cta) {
-    const CarryRange walk = carry_range(int64_t{used} * col_tiles, cta, ctas);
+  std::vector<CarryRange> walks;
+  std::vector<int64_t> owners;  // the CTA of each walk
+  if (dynamic == nullptr) {
+    for (int64_t cta = 0; cta < ctas; ++cta) {
+      walks.push_back(carry_range(int64_t{used} * col_tiles, cta, ctas));
+      owners.push_back(cta);
+    }
+  } else {
+    dynamic_walks(int64_t{used} * col_tiles, ctas, *dynamic, &walks, &owners);
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  for (size_t w = 0; w < walks.size(); ++w) {
+    const CarryRange walk = walks[w];
+    const int64_t cta = owners[w];
     const int64_t count = walk.last - walk.first;
     for (int64_t idx = 0; idx + 1 < count; ++idx) {  // the kernel's cursor walks the same tiles
       const CarryTile stepped = carry_step(walk, carry_walk_tile(walk, idx, used), used);
@@ -97,7 +164,7 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
       const CarrySectors s = carry_sectors(range.from, range.to);
       auto store = [&](int64_t pos, bool whole) {
         ++stored[tile.c][pos];
-        writers[tile.c][pos / kCarrySector].insert(cta);
+        writers[tile.c][pos / kCarrySector].insert(static_cast<int64_t>(w));  // (a CTA may walk two runs that meet)
         if (!whole) partial[tile.c][pos / kCarrySector] = true;
       };
       for (int64_t pos = s.whole_from; pos < s.whole_to; ++pos) store(pos, true);
@@ -122,7 +189,7 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
       ++stats.partial_sectors;
       const bool row_end = (sector + 1) * kCarrySector > pitch;
       EXPECT_TRUE(writers[c][sector].size() >= 2 || row_end)
-          << "column tile " << c << ": sector " << sector << " stored in parts by one CTA";
+          << "column tile " << c << ": sector " << sector << " stored in parts by one range";
     }
   }
   if (out != nullptr) *out = stats;
@@ -201,6 +268,49 @@ TEST(SegmentsCarryPlan, RandomSplitsAnyGrid) {
         replay(random_split(rows, groups, seed++), 3, ctas);
       }
     }
+  }
+}
+
+TEST(SegmentsCarryPlan, DynamicTailStoresEveryByteOnce) {
+  // Static ranges plus runs from the counter, taken by the CTAs in random orders: every byte of q_t stored
+  // once, parts only where two ranges meet (a sector per boundary), on the benchmark's splits and on random
+  // ones with tiny, one-row and empty segments; grids with more CTAs than tiles (no static range at all).
+  uint32_t seed = 1;
+  for (const DynamicTail& d : {DynamicTail{0, 1, 0}, DynamicTail{1, 1, 0}, DynamicTail{1, 2, 0}, DynamicTail{2, 3, 0},
+                               DynamicTail{64, 1, 0}}) {
+    for (int64_t rows : {4096, 8192}) {
+      for (int32_t col_tiles : {17, 56}) {
+        SCOPED_TRACE("back " + std::to_string(d.back) + ", chunk " + std::to_string(d.chunk) + ", rows " +
+                     std::to_string(rows) + ", column tiles " + std::to_string(col_tiles));
+        const DynamicTail dd{d.back, d.chunk, seed++};
+        Stats stats;
+        replay(bench_split(rows), col_tiles, 396, &stats, &dd);
+        const auto used = static_cast<int64_t>(blocks_of(bench_split(rows)).size());
+        const CarrySplit split = carry_split(used * col_tiles, 396, d.back, d.chunk);
+        EXPECT_LE(stats.partial_sectors, 396 + split.runs) << "more parts than boundaries of ranges";
+      }
+    }
+    for (int64_t rows : {1, 700, 6000}) {
+      for (int64_t ctas : {1, 3, 396}) {
+        SCOPED_TRACE("back " + std::to_string(d.back) + ", chunk " + std::to_string(d.chunk) + ", rows " +
+                     std::to_string(rows) + ", ctas " + std::to_string(ctas));
+        const DynamicTail dd{d.back, d.chunk, seed};
+        replay(random_split(rows, 5, seed++), 3, ctas, nullptr, &dd);
+      }
+    }
+  }
+  // carry_split's and carry_remainder's arithmetic on either side of 2^31 and 2^32 tiles.
+  for (const int64_t tiles : {int64_t{0}, int64_t{395}, int64_t{2016}, (int64_t{1} << 31) - 1, int64_t{1} << 31,
+                              (int64_t{1} << 32) + 5}) {
+    EXPECT_EQ(carry_remainder(tiles, 396), tiles % 396) << tiles;
+    const CarrySplit s = carry_split(tiles, 396, 0, 1);
+    EXPECT_EQ(s.per_cta, tiles / 396) << tiles;
+    EXPECT_EQ(s.runs, tiles % 396) << tiles;
+  }
+  for (const int64_t tiles : {(int64_t{1} << 32) - 1, int64_t{1} << 32, (int64_t{1} << 33) + 7}) {
+    const CarrySplit s = carry_split(tiles, 396, 1, 3);
+    EXPECT_EQ(s.per_cta, tiles / 396 - 1);
+    EXPECT_EQ(s.runs, (tiles - s.static_tiles + 2) / 3);
   }
 }
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One device call for the carry kernel's dynamic tail (CarryDynamic, WGRAD_CARRY_DYNAMIC): build (reusing a
+# carried .device_cache), the timeline probe with and without the tail, the carry kernel's GPU tests (the
+# dynamic ones included) and the knob tests, the quantization GPU tests (DYN_ALL_TESTS=1), then the order
+# sweep of the settings side by side. Logs under $OUT.
+#   OUT=... scripts/experiments/dynamic_check.sh
+# env DYN_SETTINGS (probe: "off 0:1 1:1 ..."), DYN_CASES (probe: R x C x G x align), DYN_TOKENS (sweep),
+# ORDER_KINDS, ORDER_SHAPES, SWEEP_REPS; DYN_BENCH=N: then N runs of `python -m wgrad bench --quant --reps 15`
+# (bench.txt); DYN_HAND_BACK=DIR: a fresh build handed back there (scripts/build_cache.sh; $OUT returns
+# at most ~8 files).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-out}"; mkdir -p "$OUT"
+source scripts/wheels.sh
+install_wheels /tmp/site > /dev/null 2>&1 || echo "wheel install failed"
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONPATH=$PWD/python:/tmp/site PYTHONUNBUFFERED=1
+t0=$(date +%s)
+source scripts/build_cache.sh
+( /usr/local/cuda/bin/nvcc -std=c++20 -arch=sm_90a -O3 -I csrc -I scripts/experiments \
+    scripts/experiments/carry_timeline_probe.cu -o /tmp/carry_probe > "$OUT/probe_build.log" 2>&1 || echo PROBE BUILD FAILED ) &
+build_release "$(nproc)" "$OUT/build.log" .device_cache "${DYN_HAND_BACK:--}" || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+wait
+echo "build $(( $(date +%s) - t0 )) s; spills: $(grep -c -E '[1-9][0-9]* bytes spill stores' "$OUT/build.log")"
+CASES=${DYN_CASES:-"4096x7168x8x1 8192x2112x8x1 8192x4096x8x1"}
+for s in ${DYN_SETTINGS:-off 0:1:198 0:1}; do
+  echo "== probe $s"
+  if [ "$s" = off ]; then timeout 120 /tmp/carry_probe $CASES; else CARRY_DYNAMIC=$s timeout 120 /tmp/carry_probe $CASES; fi
+done > "$OUT/probe.txt" 2>&1
+echo "probe done"; grep -E "^==|kernel|memset|CTA ends|COUNTER" "$OUT/probe.txt"
+t0=$(date +%s)
+timeout 400 python3 -m pytest tests/test_quant.py -q -x -k "carry or reject_bad_values" > "$OUT/pytest_carry.log" 2>&1
+echo "pytest (carry, knobs) rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest_carry.log")"
+if [ "${DYN_ALL_TESTS:-0}" = 1 ]; then
+  t0=$(date +%s)
+  timeout 300 python3 -m pytest tests/test_quant.py tests/test_quant_padded.py -q -x -k "gpu or cuda" > "$OUT/pytest.log" 2>&1
+  echo "pytest (quant) rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest.log")"
+fi
+grep -h -E "^FAILED|^E  " "$OUT"/pytest_*.log | head -20
+t0=$(date +%s)
+timeout 300 python3 scripts/profile_quant.py order-sweep \
+    "${DYN_TOKENS:-WGRAD_SEGMENT_KERNEL=carry+WGRAD_CARRY_DYNAMIC=off,WGRAD_SEGMENT_KERNEL=carry,WGRAD_SEGMENT_KERNEL=carry+WGRAD_CARRY_DYNAMIC=0:1}" \
+    "${ORDER_KINDS:-segments,segments16}" "${ORDER_SHAPES:-4096,7168 8192,2112 8192,4096 16384,7168 4096,24576}" \
+    > "$OUT/orders.txt" 2>&1
+echo "orders rc=$? $(( $(date +%s) - t0 )) s"; cat "$OUT/orders.txt"
+for run in $(seq 1 "${DYN_BENCH:-0}"); do
+  t0=$(date +%s); echo "== bench run $run" >> "$OUT/bench.txt"
+  python3 -m wgrad bench --quant --reps 15 >> "$OUT/bench.txt" 2>&1
+  echo "bench run $run rc=$? $(( $(date +%s) - t0 )) s"
+done
+[ -f "$OUT/bench.txt" ] && grep -E "^== bench|^quantize.*[0-9]+ x [0-9]+ " "$OUT/bench.txt"
