@@ -12,6 +12,7 @@
 // without a memset; the tiles per CTA are the kernel's own count).
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -188,6 +189,43 @@ int main(int argc, char** argv) {
     std::printf("  mean end by tiles per CTA:");
     for (auto& [n, s] : by_tiles) {
       std::printf("  %lld: %.2f (%d)", static_cast<long long>(n), s.first / s.second, s.second);
+    }
+    // Where a CTA's lag comes from: among the CTAs of the most common tile count, the spread (standard
+    // deviation) of their ends, of the ends of their first and second tiles, and of what comes after those,
+    // and the correlation of the first tile's end with the CTA's.
+    {
+      int64_t mode = 0;
+      for (auto& [n, st] : by_tiles)
+        if (st.second > by_tiles[mode].second) mode = n;
+      std::vector<double> e, t1, t2;
+      for (int b = 0; b < ctas; ++b) {
+        if (static_cast<int64_t>(tl[8 * b + 7]) != mode || mode < 3) continue;
+        e.push_back(at(b, 3));
+        t1.push_back(at(b, 5));
+        t2.push_back(at(b, 6));
+      }
+      auto mean = [](const std::vector<double>& v) {
+        double m = 0;
+        for (double a : v) m += a;
+        return v.empty() ? 0.0 : m / v.size();
+      };
+      auto cov = [&](const std::vector<double>& a, const std::vector<double>& b) {
+        const double ma = mean(a), mb = mean(b);
+        double c = 0;
+        for (size_t i = 0; i < a.size(); ++i) c += (a[i] - ma) * (b[i] - mb);
+        return a.empty() ? 0.0 : c / a.size();
+      };
+      auto minus = [](std::vector<double> a, const std::vector<double>& b) {
+        for (size_t i = 0; i < a.size(); ++i) a[i] -= b[i];
+        return a;
+      };
+      const std::vector<double> after1 = minus(e, t1), after2 = minus(e, t2);
+      if (!e.empty())
+        std::printf("\n  CTAs of %lld tiles (%zu): std of end %.2f us, of tile 1's end %.2f, of tile 2's end %.2f, "
+                    "of end - tile 1's end %.2f, of end - tile 2's end %.2f; corr(tile 1's end, end) %.2f",
+                    static_cast<long long>(mode), e.size(), std::sqrt(cov(e, e)), std::sqrt(cov(t1, t1)),
+                    std::sqrt(cov(t2, t2)), std::sqrt(cov(after1, after1)), std::sqrt(cov(after2, after2)),
+                    cov(t1, e) / std::sqrt(cov(t1, t1) * cov(e, e)));
     }
     std::printf("\n  mean SM end by tiles per SM:");
     std::map<int64_t, std::pair<double, int>> by_sm;
