@@ -653,6 +653,20 @@ def test_gpu_segments_carry_kernel(rows, cols, groups, seed, dtype, tile, monkey
     assert bool((_bits(s_t) == SCALE_NAN_BITS).all())
 
 
+def _capture_segments_cast(x, sizes):
+    """A CUDA graph of the segments cast of x with the device tensor `sizes` (warmed up on a side stream
+    first), and the outputs its replays write: (graph, q_t, scales_t)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up outside the graph
+        OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q_t, s_t = OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+    return graph, q_t, s_t
+
+
 @sm90
 @pytest.mark.parametrize("dynamic", ["0:1", "1:1", "1:2", "2:3", "64:1"])
 @pytest.mark.parametrize("tile", ["128x8", "64x8"])
@@ -719,14 +733,7 @@ def test_gpu_segments_carry_dynamic_tail_graph_replay(monkeypatch):
     x_cpu = _random_x(rows, cols, torch.bfloat16, seed=151)
     x = x_cpu.cuda()
     sizes = torch.tensor([1500, 0, 1500], dtype=torch.int32, device="cuda")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up outside the graph
-        OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        q_t, s_t = OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+    graph, q_t, s_t = _capture_segments_cast(x, sizes)
     for new in ([3000, 0, 0], [1, 2998, 1], [777, 1000, 1223]):
         sizes.copy_(torch.tensor(new, dtype=torch.int32))
         graph.replay()
@@ -995,14 +1002,7 @@ def test_gpu_segments_no_sync_and_graph_replay_with_new_sizes():
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up outside the graph
-        OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        q_t, s_t = OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
+    graph, q_t, s_t = _capture_segments_cast(x, sizes)
     for new in ([1000, 0, 0], [1, 998, 1], [0, 129, 871], [333, 333, 334]):
         sizes.copy_(torch.tensor(new, dtype=torch.int32))
         graph.replay()
