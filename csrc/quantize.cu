@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <type_traits>
@@ -197,32 +198,40 @@ CarryTile carry_tile() {
   return CarryTile::k128x8;
 }
 
-// The carry kernel's dynamic tail (CarryDynamic, carry_split): "auto" (the default: the remainder tiles %
-// CTAs from the counter, one at a time, when it is at most half the CTAs; else one range per CTA), "off"
-// (one range per CTA), or "BACK:CHUNK" (always: static ranges of tiles / CTAs - BACK tiles, the rest from the
-// counter in runs of CHUNK tiles). Knob WGRAD_CARRY_DYNAMIC, read at every call.
-struct CarryDynamicKnob {
-  bool on = true;
-  int32_t back = 0, chunk = 1;
-  int64_t max_remainder = -1;  // -1: half the CTAs
-};
-CarryDynamicKnob carry_dynamic_knob() {
+// The carry kernel's dynamic tail (CarryDynamic, carry_split) for a grid of `ctas` CTAs, without its counter:
+// "auto" (the default: the remainder tiles % CTAs from the counter, one at a time, when it is at most half the
+// CTAs; else one range per CTA), "off" (one range per CTA: nullopt), or "BACK:CHUNK" (always: static ranges of
+// tiles / CTAs - BACK tiles, the rest from the counter in runs of CHUNK tiles). Knob WGRAD_CARRY_DYNAMIC, read
+// at every call.
+std::optional<quant::CarryDynamic> carry_dynamic_knob(unsigned ctas) {
   const char* v = std::getenv("WGRAD_CARRY_DYNAMIC");
-  CarryDynamicKnob k;
-  if (v == nullptr || std::strcmp(v, "auto") == 0) return k;
-  if (std::strcmp(v, "off") == 0) {
-    k.on = false;
-    return k;
+  quant::CarryDynamic d;
+  if (v == nullptr || std::strcmp(v, "auto") == 0) {
+    d.max_remainder = static_cast<int32_t>(ctas / 2);
+    return d;
   }
+  if (std::strcmp(v, "off") == 0) return std::nullopt;
   const char* colon = std::strchr(v, ':');
   long back = -1, chunk = 0;
   const bool ok = colon != nullptr && parse_knob_int(std::string(v, colon).c_str(), &back) &&
                   parse_knob_int(colon + 1, &chunk) && back >= 0 && back <= 64 && chunk >= 1 && chunk <= 64;
   TORCH_CHECK(ok, "WGRAD_CARRY_DYNAMIC must be auto, off or BACK:CHUNK (0-64, 1-64), got '", v, "'");
-  k.back = static_cast<int32_t>(back);
-  k.chunk = static_cast<int32_t>(chunk);
-  k.max_remainder = std::numeric_limits<int32_t>::max();
-  return k;
+  d.back = static_cast<int32_t>(back);
+  d.chunk = static_cast<int32_t>(chunk);
+  d.max_remainder = std::numeric_limits<int32_t>::max();
+  return d;
+}
+
+// The carry kernel's L2 prefetch before its table (carry_prefetch_guess): the first N tiles of the walk every
+// CTA most likely takes, guessed from R, C and the count of segments, N in 0-4. Knob WGRAD_CARRY_PREFETCH,
+// read at every call; default 0 (none) until measured (docs/perf-notes.md, session 35).
+int32_t carry_prefetch_tiles() {
+  const char* v = std::getenv("WGRAD_CARRY_PREFETCH");
+  if (v == nullptr) return 0;
+  long n = -1;
+  TORCH_CHECK(parse_knob_int(v, &n) && n >= 0 && n <= 4, "WGRAD_CARRY_PREFETCH must be a tile count 0 to 4, got '", v,
+              "'");
+  return static_cast<int32_t>(n);
 }
 
 // The dynamic tail's counter for a launch on `stream`: 0 when the launch starts, and every launch leaves it
@@ -414,6 +423,7 @@ void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const q
                            int num_sms, cudaStream_t stream) {
   using Cfg = quant::SegmentsCarryConfig<kTileCols, kRowsPerThread>;
   auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T, kTileCols, kRowsPerThread>;
+  const int32_t prefetch_tiles = carry_prefetch_tiles();  // (the knobs first: a bad value leaves no work queued)
   const int smem_bytes = Cfg::smem_bytes(segments.num_row_blocks);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   // Every CTA of the grid is resident at once (none waits for another to finish), without asking the driver:
@@ -424,13 +434,11 @@ void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const q
   const unsigned grid = static_cast<unsigned>(num_sms * Cfg::kCtasPerSm);
   quant::CarryDynamic dyn;
   at::Tensor keep;  // (a counter of the call's own, in graph capture)
-  if (const CarryDynamicKnob knob = carry_dynamic_knob(); knob.on) {
+  if (const std::optional<quant::CarryDynamic> tail = carry_dynamic_knob(grid)) {
+    dyn = *tail;
     dyn.counter = carry_counter(x, stream, keep);
-    dyn.back = knob.back;
-    dyn.chunk = knob.chunk;
-    dyn.max_remainder = static_cast<int32_t>(knob.max_remainder < 0 ? grid / 2 : knob.max_remainder);
   }
-  kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(p, segments, dyn);
+  kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(p, segments, dyn, prefetch_tiles);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -692,6 +692,28 @@ def test_gpu_segments_carry_dynamic_tail(dynamic, tile, monkeypatch):
 
 
 @sm90
+@pytest.mark.parametrize("prefetch", ["1", "2", "4"])
+@pytest.mark.parametrize("tile", ["128x8", "64x8", "64x4"])
+def test_gpu_segments_carry_prefetch(prefetch, tile, monkeypatch):
+    # WGRAD_CARRY_PREFETCH=N: every CTA asks the L2 for the first N tiles it guesses it will walk before its
+    # table is built (carry_prefetch_guess). The prefetched rows must lie inside x at every shape (an address
+    # past x's allocation may fault): R and C not multiples of the tile, a partial last column tile, one row,
+    # more CTAs than tiles, the benchmark's split at 8192 x 2112; the result is the cast's, bit for bit.
+    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
+    monkeypatch.setenv("WGRAD_CARRY_TILE", tile)
+    monkeypatch.setenv("WGRAD_CARRY_PREFETCH", prefetch)
+    for rows, cols, groups, seed in ((6000, 1000, 9, 103), (700, 1032, 32, 107), (3001, 2048, 5, 109),
+                                     (1, 264, 2, 113), (8192, 2112, 8, 0)):
+        if seed == 0:
+            from wgrad.bench_quant import _segment_sizes
+            sizes = torch.tensor(_segment_sizes(rows, 8), dtype=torch.int32)
+        else:
+            sizes = _random_split(rows, groups, seed=seed)
+        x = _random_x(rows, cols, torch.bfloat16, seed=seed)
+        _check_gpu_op("segments", x, False, sizes)
+
+
+@sm90
 @pytest.mark.parametrize("dynamic", [None, "0:1"])
 def test_gpu_segments_carry_dynamic_tail_two_streams(dynamic, monkeypatch):
     # Casts on two streams at once: each stream has a counter of its own (a shared one would hand a tile to
@@ -961,9 +983,11 @@ _ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip 
     *[("WGRAD_CARRY_DYNAMIC", v, "segments",
        f"WGRAD_CARRY_DYNAMIC must be auto, off or BACK:CHUNK \\(0-64, 1-64\\), got '{v}'")
       for v in ["on", "1", "1:0", "-1:1", "65:1", "1:65", "1:2:3", "1,1"]],
+    *[("WGRAD_CARRY_PREFETCH", v, "segments", f"WGRAD_CARRY_PREFETCH must be a tile count 0 to 4, got '{v}'")
+      for v in ["-1", "5", "one", ""]],
 ])
 def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypatch):
-    if var in ("WGRAD_CARRY_TILE", "WGRAD_CARRY_DYNAMIC"):  # (read only when the carry kernel is taken)
+    if var.startswith("WGRAD_CARRY_"):  # (read only when the carry kernel is taken)
         monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
     monkeypatch.setenv(var, value)
     x = torch.randn(300, 128, device="cuda", dtype=torch.bfloat16)

@@ -437,12 +437,20 @@ constexpr int kMaxWarpSegments = 32;  // build_segment_table_warps: one segment 
 // and writes the entries warp * 32 + lane + k * 32 * warps; an entry's segment is found by a binary
 // search over the lanes (the last g whose first block is <= b). Every thread of the CTA calls it; the
 // caller synchronises the CTA before the table is read. In the column kernel it replaces the CTA-wide
-// scan on the critical path of the first load (docs/perf-notes.md, session 11).
+// scan on the critical path of the first load (docs/perf-notes.md, session 11). `after_load` runs once the
+// sizes' load is issued, before its value is used (the carry kernel's L2 prefetch: work that needs no table
+// goes out behind the load, not ahead of it).
+struct NoTableHook {
+  __device__ void operator()() const {}
+};
+template <typename AfterLoad = NoTableHook>
 __device__ __forceinline__ SegmentSummary build_segment_table_warps(const SegmentTableArgs& a, RowBlock* table,
-                                                                    int warp, int warps) {
+                                                                    int warp, int warps,
+                                                                    AfterLoad&& after_load = AfterLoad{}) {
   const int lane = threadIdx.x & 31;
   const int groups = static_cast<int>(a.num_segments);  // in [1, 32]
   const int32_t size = lane < groups ? a.sizes[lane] : 0;
+  after_load();
   // Rows in 64 bits (their total validates the sizes); blocks and q_t columns in 32 unsigned bits, exact
   // whenever the sizes are valid (sums of at most R or K < 2^31) and only wrapping when they are not.
   const uint32_t usize = size > 0 ? static_cast<uint32_t>(size) : 0u;

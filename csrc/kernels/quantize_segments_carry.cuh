@@ -219,11 +219,33 @@ __device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* 
   } while (0)
 #endif
 
+// Asks the L2 for the first `tiles` tiles of the walk this CTA most likely takes (carry_prefetch_guess): the
+// ~2.4 us before the first loads (the table, the range) otherwise leave the memory idle, and the first
+// tiles' 12.7 MB then wait in one burst (docs/perf-notes.md, session 35). A thread per (tile, row): one bulk
+// prefetch of the tile's bytes of that row.
+template <int kTileCols, int kElemBytes, int kThreads>
+__device__ __forceinline__ void carry_prefetch_first_tiles(const void* x, int64_t rows, int64_t cols,
+                                                           int64_t segments, int32_t tiles) {
+  const auto col_tiles = static_cast<int32_t>(ceil_div(cols, kTileCols));
+  const int64_t row_bytes = cols * kElemBytes;
+  constexpr int64_t kTileBytes = int64_t{kTileCols} * kElemBytes;
+  for (int i = threadIdx.x; i < tiles * kCarryBlockRows; i += kThreads) {
+    const CarryGuess g = carry_prefetch_guess(rows, segments, col_tiles, blockIdx.x, gridDim.x, i / kCarryBlockRows);
+    const int r = i % kCarryBlockRows;
+    if (r >= g.row_count) continue;
+    const int64_t col_byte = int64_t{g.c} * kTileBytes;
+    const auto bytes = static_cast<uint32_t>(row_bytes - col_byte < kTileBytes ? row_bytes - col_byte : kTileBytes);
+    const char* src = static_cast<const char*>(x) + (int64_t{g.row_start} + r) * row_bytes + col_byte;
+    // (16-byte aligned, a multiple of 16 bytes: the host takes this kernel only for C % 8 == 0 and an aligned x.)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+  }
+}
+
 template <typename T, int kTileColumns, int kRowsPerThreadV>
 __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kThreads,
                                   SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kCtasPerSm)
     quantize_fp8_1x128_segments_carry_kernel(const QuantizeParams p, const SegmentTableArgs seg_args,
-                                             const CarryDynamic dyn) {
+                                             const CarryDynamic dyn, const int32_t prefetch_tiles) {
   static_assert(sizeof(T) == 2, "16-bit x: one 16-byte load per 8 columns");
   using Cfg = SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>;
   constexpr int kR = Cfg::kRowsPerThread;
@@ -240,7 +262,15 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   WGRAD_CARRY_MARK(0);
 
   const int m = tid % Cfg::kColGroups, pg = tid / Cfg::kColGroups;  // column group (8 columns), row group (kR rows)
-  const SegmentSummary summary = build_segment_table_warps(seg_args, table, warp, Cfg::kWarps);
+  // The first prefetch_tiles tiles of the walk the CTA most likely takes, asked of the L2 behind the sizes'
+  // load (carry_prefetch_first_tiles).
+  auto prefetch = [&] {
+    if (prefetch_tiles > 0) {
+      carry_prefetch_first_tiles<Cfg::kTileCols, sizeof(T), Cfg::kThreads>(p.x, p.rows, p.cols, seg_args.num_segments,
+                                                                          prefetch_tiles);
+    }
+  };
+  const SegmentSummary summary = build_segment_table_warps(seg_args, table, warp, Cfg::kWarps, prefetch);
   __syncthreads();
   WGRAD_CARRY_MARK(1);
 

@@ -193,6 +193,38 @@ WGRAD_HOST_DEVICE inline CarrySectors<I> carry_sectors(I from, std::type_identit
   return s;
 }
 
+// Before the table exists: the rows of x [row_start, row_start + row_count) and the column tile `c` that step
+// `k` of CTA `cta`'s walk most likely reads, guessed from R, the count of segments and the column tiles alone,
+// so that the CTA can ask the L2 for them while the sizes are read (an L2 prefetch: a wrong guess costs no
+// traffic, as every row of x is read once by some CTA; it only arrives late or early). The guess: random
+// unaligned sizes give about ceil(R / 128) + G / 2 row blocks (each segment's last block is partial, half of
+// 128 rows on average), spread evenly over R (block b from row b R / blocks, 128 rows), and the ranges of
+// carry_range over their tiles (tile t: block t % blocks of column tile t / blocks; even CTAs walk up, odd
+// ones down). row_count 0: the guessed range has no step k. (In 32 bits and a float: a guess needs no 64-bit
+// division.)
+struct CarryGuess {
+  int32_t row_start;
+  int32_t row_count;
+  int32_t c;
+};
+WGRAD_HOST_DEVICE inline CarryGuess carry_prefetch_guess(int64_t rows, int64_t segments, int32_t col_tiles, int64_t cta,
+                                                         int64_t ctas, int64_t k) {
+  const int64_t used = ceil_div(rows, kCarryBlockRows) + segments / 2;
+  const int64_t tiles = used * col_tiles;
+  // (No guess where 32 bits do not hold the range's products: the kernel then prefetches nothing.)
+  if (rows <= 0 || tiles * ctas >= (int64_t{1} << 32)) return {0, 0, 0};
+  const auto t32 = static_cast<uint32_t>(tiles), b = static_cast<uint32_t>(cta), n = static_cast<uint32_t>(ctas);
+  const uint32_t first = t32 * b / n, last = t32 * (b + 1) / n;
+  if (k >= last - first) return {0, 0, 0};
+  const uint32_t t = (b & 1) == 0 ? first + static_cast<uint32_t>(k) : last - 1 - static_cast<uint32_t>(k);
+  const auto u = static_cast<uint32_t>(used);
+  const float rows_per_block = static_cast<float>(rows) / static_cast<float>(used);
+  int64_t start = static_cast<int64_t>(static_cast<float>(t % u) * rows_per_block);
+  start = start < rows ? start : rows - 1;
+  const int64_t count = rows - start < kCarryBlockRows ? rows - start : kCarryBlockRows;
+  return {static_cast<int32_t>(start), static_cast<int32_t>(count), static_cast<int32_t>(t / u)};
+}
+
 // The bytes [from, end) of a part (inside one sector) stored in aligned pieces: step k = 0 .. 8 stores
 // carry_piece_size(k) bytes at the cursor when carry_piece_taken says so and then moves the cursor on. Steps
 // 0-3 (1, 2, 4, 8) align the cursor to 16 while bytes are left, step 4 stores a whole 16-byte chunk, steps

@@ -105,6 +105,9 @@ int main(int argc, char** argv) {
     CK(cudaMemset(dyn.counter, 0, sizeof(int32_t)));
     std::printf("dynamic tail: back %d, chunk %d, max remainder %d\n", dyn.back, dyn.chunk, dyn.max_remainder);
   }
+  // CARRY_PREFETCH=N: the kernel's L2 prefetch of the first N tiles it guesses (0: none).
+  const int32_t prefetch = std::getenv("CARRY_PREFETCH") ? std::atoi(std::getenv("CARRY_PREFETCH")) : 0;
+  std::printf("prefetch: %d tiles\n", prefetch);
   // A small cast of its own (512 x 512, two unaligned segments) that brings the kernel's code into the L2
   // after the flush and before a timed call ("code warm"): what the rest of the launch costs is then not
   // the first fetch of its instructions.
@@ -127,16 +130,16 @@ int main(int argc, char** argv) {
     auto flushed = [&](int rep) { CK(cudaMemsetAsync(flush, rep, kFlush)); };
     const float copy_us = median_us([&] { CK(cudaMemcpyAsync(dst, src, bytes / 2, cudaMemcpyDeviceToDevice)); }, 15,
                                     flushed);
-    const float us_warm = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn); }, 15, [&](int rep) {
+    const float us_warm = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn, prefetch); }, 15, [&](int rep) {
       flushed(rep);
-      kernel<<<ctas, Cfg::kThreads, Cfg::smem_bytes(warm.row_blocks)>>>(warm.p, warm.a, dyn);
+      kernel<<<ctas, Cfg::kThreads, Cfg::smem_bytes(warm.row_blocks)>>>(warm.p, warm.a, dyn, prefetch);
     });
     // (With the dynamic tail: also with the host's memset of the counter before each call, as the op does.)
     const float us_memset = dyn.counter == nullptr ? 0.0f : median_us([&] {
       CK(cudaMemsetAsync(dyn.counter, 0, sizeof(int32_t)));
-      kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn);
+      kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn, prefetch);
     }, 15, flushed);
-    const float us = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn); }, 15, flushed);
+    const float us = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn, prefetch); }, 15, flushed);
     CK(cudaGetLastError());
     std::vector<unsigned long long> tl(8 * ctas);
     CK(cudaMemcpyFromSymbol(tl.data(), wgrad_carry_timeline, sizeof(unsigned long long) * 8 * ctas));

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# One device call for the carry kernel's dynamic tail (CarryDynamic, WGRAD_CARRY_DYNAMIC): build (reusing a
-# carried .device_cache), the timeline probe with and without the tail, the carry kernel's GPU tests (the
-# dynamic ones included) and the knob tests, the quantization GPU tests (DYN_ALL_TESTS=1), then the order
-# sweep of the settings side by side. Logs under $OUT.
+# One device call for the carry kernel's experiments (the dynamic tail, WGRAD_CARRY_DYNAMIC; the L2 prefetch
+# before the table, WGRAD_CARRY_PREFETCH): build (reusing a carried .device_cache), the timeline probe per
+# setting, the carry kernel's GPU tests and the knob tests, the quantization GPU tests (DYN_ALL_TESTS=1), then
+# the order sweep of the settings side by side and the benchmark. Logs under $OUT.
 #   OUT=... scripts/experiments/dynamic_check.sh
-# env DYN_SETTINGS (probe: "off 0:1 1:1 ..."), DYN_CASES (probe: R x C x G x align), DYN_TOKENS (sweep),
-# ORDER_KINDS, ORDER_SHAPES, SWEEP_REPS; DYN_BENCH=N: then N runs of `python -m wgrad bench --quant --reps 15`
-# (bench.txt); DYN_HAND_BACK=DIR: a fresh build handed back there (scripts/build_cache.sh; $OUT returns
-# at most ~8 files).
+# env DYN_SETTINGS (probe: "off 0:1 1:1 ...", each optionally +pfN: the L2 prefetch of N tiles, else none),
+# DYN_CASES (probe: R x C x G x align), DYN_TOKENS (sweep), ORDER_KINDS, ORDER_SHAPES, SWEEP_REPS;
+# DYN_BENCH=N: then N runs of `python -m wgrad bench --quant --reps 15` (bench.txt), under each VAR=VALUE of
+# DYN_BENCH_ENVS (space-separated; default: none); DYN_PYTEST_K: the -k of the carry tests; DYN_HAND_BACK=DIR:
+# a fresh build handed back there (scripts/build_cache.sh; $OUT returns at most ~8 files).
+# Session 35's plan for the prefetch (docs/perf-notes.md):
+#   DYN_SETTINGS="off+pf0 off+pf1 off+pf2 off+pf3 0:1:198+pf0 0:1:198+pf1" \
+#   DYN_CASES="4096x7168x8x1 8192x2112x8x1 8192x4096x8x1 8192x2112x8x16" DYN_ALL_TESTS=1 \
+#   DYN_TOKENS="WGRAD_CARRY_PREFETCH=0,WGRAD_CARRY_PREFETCH=1,WGRAD_CARRY_PREFETCH=2,WGRAD_CARRY_PREFETCH=3" \
+#   ORDER_KINDS="segments,segments16,segments_one" DYN_BENCH=1 \
+#   DYN_BENCH_ENVS="WGRAD_CARRY_PREFETCH=0 WGRAD_CARRY_PREFETCH=1" OUT=$OUT scripts/experiments/dynamic_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
@@ -24,11 +31,13 @@ echo "build $(( $(date +%s) - t0 )) s; spills: $(grep -c -E '[1-9][0-9]* bytes s
 CASES=${DYN_CASES:-"4096x7168x8x1 8192x2112x8x1 8192x4096x8x1"}
 for s in ${DYN_SETTINGS:-off 0:1:198 0:1}; do
   echo "== probe $s"
-  if [ "$s" = off ]; then timeout 120 /tmp/carry_probe $CASES; else CARRY_DYNAMIC=$s timeout 120 /tmp/carry_probe $CASES; fi
+  dyn=${s%%+pf*}; pf=0; [[ $s == *+pf* ]] && pf=${s##*+pf}
+  if [ "$dyn" = off ]; then CARRY_PREFETCH=$pf timeout 120 /tmp/carry_probe $CASES
+  else CARRY_PREFETCH=$pf CARRY_DYNAMIC=$dyn timeout 120 /tmp/carry_probe $CASES; fi
 done > "$OUT/probe.txt" 2>&1
 echo "probe done"; grep -E "^==|kernel|memset|CTA ends|COUNTER" "$OUT/probe.txt"
 t0=$(date +%s)
-timeout 400 python3 -m pytest tests/test_quant.py -q -x -k "carry or reject_bad_values" > "$OUT/pytest_carry.log" 2>&1
+timeout 400 python3 -m pytest tests/test_quant.py -q -x -k "${DYN_PYTEST_K:-carry or reject_bad_values}" > "$OUT/pytest_carry.log" 2>&1
 echo "pytest (carry, knobs) rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest_carry.log")"
 if [ "${DYN_ALL_TESTS:-0}" = 1 ]; then
   t0=$(date +%s)
@@ -42,9 +51,12 @@ timeout 300 python3 scripts/profile_quant.py order-sweep \
     "${ORDER_KINDS:-segments,segments16}" "${ORDER_SHAPES:-4096,7168 8192,2112 8192,4096 16384,7168 4096,24576}" \
     > "$OUT/orders.txt" 2>&1
 echo "orders rc=$? $(( $(date +%s) - t0 )) s"; cat "$OUT/orders.txt"
-for run in $(seq 1 "${DYN_BENCH:-0}"); do
-  t0=$(date +%s); echo "== bench run $run" >> "$OUT/bench.txt"
-  python3 -m wgrad bench --quant --reps 15 >> "$OUT/bench.txt" 2>&1
-  echo "bench run $run rc=$? $(( $(date +%s) - t0 )) s"
+for benv in ${DYN_BENCH_ENVS:--}; do
+  for run in $(seq 1 "${DYN_BENCH:-0}"); do
+    t0=$(date +%s); echo "== bench run $run ($benv)" >> "$OUT/bench.txt"
+    if [ "$benv" = - ]; then python3 -m wgrad bench --quant --reps 15 >> "$OUT/bench.txt" 2>&1
+    else env "$benv" python3 -m wgrad bench --quant --reps 15 >> "$OUT/bench.txt" 2>&1; fi
+    echo "bench run $run ($benv) rc=$? $(( $(date +%s) - t0 )) s"
+  done
 done
 [ -f "$OUT/bench.txt" ] && grep -E "^== bench|^quantize.*[0-9]+ x [0-9]+ " "$OUT/bench.txt"

@@ -385,6 +385,78 @@ TEST(SegmentsCarryPlan, PartsStoredInAlignedPieces) {
   }
 }
 
+TEST(SegmentsCarryPlan, PrefetchGuessStaysInsideXAndStepsLikeTheRange) {
+  for (int64_t rows : {1, 127, 129, 4096, 4097, 8192, 16384}) {
+    for (int64_t segments : {1, 2, 8, 32}) {
+      for (int32_t col_tiles : {1, 17, 56}) {
+        for (int64_t ctas : {1, 7, 396}) {
+          const int64_t used = (rows + kCarryBlockRows - 1) / kCarryBlockRows + segments / 2;
+          for (int64_t cta = 0; cta < ctas; ++cta) {
+            const CarryRange r = carry_range(used * col_tiles, cta, ctas);
+            for (int64_t k = 0; k < 4; ++k) {
+              const CarryGuess g = carry_prefetch_guess(rows, segments, col_tiles, cta, ctas, k);
+              SCOPED_TRACE("rows " + std::to_string(rows) + ", segments " + std::to_string(segments) + ", cta " +
+                           std::to_string(cta) + ", step " + std::to_string(k));
+              ASSERT_EQ(g.row_count > 0, k < r.last - r.first);
+              if (g.row_count == 0) continue;
+              ASSERT_GE(g.row_start, 0);
+              ASSERT_LE(g.row_count, kCarryBlockRows);
+              ASSERT_LE(g.row_start + g.row_count, rows);
+              ASSERT_EQ(g.row_count, std::min<int64_t>(kCarryBlockRows, rows - g.row_start));
+              ASSERT_GE(g.c, 0);
+              ASSERT_LT(g.c, col_tiles);
+              // The step's column tile is the range's: the walk's tile t at column tile t / used.
+              const CarryTile t = carry_walk_tile(r, k, static_cast<int32_t>(used));
+              ASSERT_EQ(g.c, t.c);
+            }
+          }
+        }
+      }
+    }
+  }
+  // Past 32 bits of the range's products: no guess (the kernel prefetches nothing).
+  EXPECT_EQ(carry_prefetch_guess(int64_t{1} << 30, 8, 1 << 12, 0, 396, 0).row_count, 0);
+}
+
+TEST(SegmentsCarryPlan, PrefetchGuessFindsMostOfTheFirstTiles) {
+  // The benchmark's splits (unaligned and 16-aligned) on 396 CTAs: the rows of x the CTAs' first tiles
+  // (the first two) read, against the union of the guesses for them. Measured: 86-90 % (93-95 %) of them
+  // covered, 83-86 % (91-93 %) of the guessed rows read by them.
+  for (int64_t rows : {4096, 8192, 16384}) {
+    for (int32_t col_tiles : {17, 56}) {
+      for (int align : {1, 16}) {
+        std::vector<int64_t> sizes = bench_split(rows);
+        if (align == 16) {
+          int64_t sum = 0;
+          for (size_t g = 0; g + 1 < sizes.size(); ++g) sum += sizes[g] = sizes[g] / 16 * 16;
+          sizes.back() = rows - sum;
+        }
+        const std::vector<Block> blocks = blocks_of(sizes);
+        const auto used = static_cast<int64_t>(blocks.size());
+        for (int steps : {1, 2}) {
+          std::set<std::pair<int64_t, int64_t>> read, guessed;  // (column tile, row of x)
+          for (int64_t cta = 0; cta < 396; ++cta) {
+            const CarryRange r = carry_range(used * col_tiles, cta, 396);
+            for (int64_t k = 0; k < steps && k < r.last - r.first; ++k) {
+              const CarryTile t = carry_walk_tile(r, k, static_cast<int32_t>(used));
+              for (int64_t i = 0; i < blocks[t.b].count; ++i) read.insert({t.c, blocks[t.b].start + i});
+              const CarryGuess g = carry_prefetch_guess(rows, static_cast<int64_t>(sizes.size()), col_tiles, cta, 396, k);
+              for (int64_t i = 0; i < g.row_count; ++i) guessed.insert({g.c, g.row_start + i});
+            }
+          }
+          int64_t hits = 0;
+          for (const auto& rc : read) hits += static_cast<int64_t>(guessed.count(rc));
+          SCOPED_TRACE("rows " + std::to_string(rows) + ", column tiles " + std::to_string(col_tiles) + ", align " +
+                       std::to_string(align) + ", steps " + std::to_string(steps));
+          const double need = steps == 1 ? 0.8 : 0.88;
+          EXPECT_GE(static_cast<double>(hits) / static_cast<double>(read.size()), need);
+          EXPECT_GE(static_cast<double>(hits) / static_cast<double>(guessed.size()), need - 0.02);
+        }
+      }
+    }
+  }
+}
+
 TEST(SegmentsCarryPlan, AutomaticChoiceTakesSplitCastsOfEnoughRowsAndFeatures) {
   // The cells of sessions 29-31's sweeps the carry kernel won or tied: 4096-32768 rows x 2112-24576 features
   // in 8-32 segments of >= 256 rows on average, R x C >= 2^24; not taken: one segment (ties), 4096 x 2112
