@@ -189,26 +189,27 @@ __device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* 
 }
 
 // Measurement only (scripts/experiments/carry_timeline_probe.cu): with WGRAD_CARRY_TIMELINE defined, thread 0
-// of every CTA writes the global timer at six points to wgrad_carry_timeline[8 * blockIdx.x + k], an array
-// the including file defines (k: 0 entry, 1 table built, 2 first tile's loads issued, 3 done, 5 and 6 the
-// end of the first and second tiles), its SM to entry 4 at the entry and the tiles it walked to entry 7.
+// of every CTA writes the global timer at eight points to wgrad_carry_timeline[kCarryTimelineSlots *
+// blockIdx.x + k], an array (and its slots per CTA) the including file defines (k: 0 entry, 1 table built, 9
+// the unused scale columns filled, 8 the range known, 2 first tile's loads issued, 3 done, 5 and 6 the end of
+// the first and second tiles), its SM to entry 4 at the entry and the tiles it walked to entry 7.
 #ifdef WGRAD_CARRY_TIMELINE
 #define WGRAD_CARRY_MARK(k)                                                \
   do {                                                                     \
     if (threadIdx.x == 0) {                                                \
       unsigned long long t_;                                               \
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));               \
-      wgrad_carry_timeline[8 * blockIdx.x + (k)] = t_;                     \
+      wgrad_carry_timeline[kCarryTimelineSlots * blockIdx.x + (k)] = t_;                     \
       if ((k) == 0) {                                                      \
         unsigned sm_;                                                      \
         asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                   \
-        wgrad_carry_timeline[8 * blockIdx.x + 4] = sm_;                    \
+        wgrad_carry_timeline[kCarryTimelineSlots * blockIdx.x + 4] = sm_;                    \
       }                                                                    \
     }                                                                      \
   } while (0)
 #define WGRAD_CARRY_TILES(n)                                                         \
   do {                                                                               \
-    if (threadIdx.x == 0) wgrad_carry_timeline[8 * blockIdx.x + 7] = (n);            \
+    if (threadIdx.x == 0) wgrad_carry_timeline[kCarryTimelineSlots * blockIdx.x + 7] = (n);            \
   } while (0)
 #else
 #define WGRAD_CARRY_MARK(k) \
@@ -302,6 +303,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       }
     }
   }
+  WGRAD_CARRY_MARK(9);
   const int64_t tiles = int64_t{used} * col_tiles;
   // The static range, then (with a counter) the runs the counter hands out. Thread 0 asks for the next run
   // at the start of a range's last tile and posts the answer in s_run before the tile's second barrier.
@@ -367,6 +369,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   };
   // The walk as a cursor: one division for the first tile, then carry_step (no 64-bit divisions per tile).
   CarryTile tile = carry_walk_tile(walk, 0, used), prev = tile;
+  WGRAD_CARRY_MARK(8);
   issue_loads(tile);
   WGRAD_CARRY_MARK(2);
 

@@ -19,7 +19,8 @@
 #include "probe_common.h"
 
 constexpr int kMaxCtas = 4096;
-__device__ unsigned long long wgrad_carry_timeline[8 * kMaxCtas];
+constexpr int kCarryTimelineSlots = 16;  // per CTA (the kernel's WGRAD_CARRY_MARK slots, 0-9)
+__device__ unsigned long long wgrad_carry_timeline[kCarryTimelineSlots * kMaxCtas];
 #define WGRAD_CARRY_TIMELINE
 #include "kernels/quantize_segments_carry.cuh"
 
@@ -141,8 +142,8 @@ int main(int argc, char** argv) {
     }, 15, flushed);
     const float us = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn, prefetch); }, 15, flushed);
     CK(cudaGetLastError());
-    std::vector<unsigned long long> tl(8 * ctas);
-    CK(cudaMemcpyFromSymbol(tl.data(), wgrad_carry_timeline, sizeof(unsigned long long) * 8 * ctas));
+    std::vector<unsigned long long> tl(kCarryTimelineSlots * ctas);
+    CK(cudaMemcpyFromSymbol(tl.data(), wgrad_carry_timeline, sizeof(unsigned long long) * kCarryTimelineSlots * ctas));
 
     // Tiles (and rows) per CTA, as the kernel splits them.
     std::vector<int32_t> block_rows;
@@ -150,24 +151,30 @@ int main(int argc, char** argv) {
       for (int32_t r = 0; r < s; r += 128) block_rows.push_back(std::min(128, s - r));
     const int64_t used = static_cast<int64_t>(block_rows.size()), col_tiles = (C + 127) / 128;
     unsigned long long t_min = ~0ull;
-    for (int b = 0; b < ctas; ++b) t_min = std::min(t_min, tl[8 * b]);
-    auto at = [&](int b, int k) { return (tl[8 * b + k] - t_min) * 1e-3; };  // us after the first entry
+    for (int b = 0; b < ctas; ++b) t_min = std::min(t_min, tl[kCarryTimelineSlots * b]);
+    auto at = [&](int b, int k) { return (tl[kCarryTimelineSlots * b + k] - t_min) * 1e-3; };  // us after the first entry
     std::vector<double> entry, table, first, end, tile1, tile2, later;  // later: mean of the tiles after the 2nd
+    std::vector<double> fill, range, issue;  // the start after the table: slots 1 -> 9 -> 8 -> 2 (CTAs with tiles)
     std::map<int64_t, std::pair<double, int>> by_tiles;   // tiles per CTA -> (sum of ends, CTAs)
     std::map<int64_t, int64_t> sm_tiles;                  // SM -> tiles
     std::map<int64_t, double> sm_end;                     // SM -> its last CTA's end
     for (int b = 0; b < ctas; ++b) {
-      const int64_t n = static_cast<int64_t>(tl[8 * b + 7]);  // tiles the CTA walked
+      const int64_t n = static_cast<int64_t>(tl[kCarryTimelineSlots * b + 7]);  // tiles the CTA walked
       entry.push_back(at(b, 0));
       table.push_back(at(b, 1) - at(b, 0));
       first.push_back(at(b, 2) - at(b, 1));
       end.push_back(at(b, 3));
-      if (n >= 1) tile1.push_back(at(b, 5) - at(b, 2));
+      if (n >= 1) {
+        tile1.push_back(at(b, 5) - at(b, 2));
+        fill.push_back(at(b, 9) - at(b, 1));
+        range.push_back(at(b, 8) - at(b, 9));
+        issue.push_back(at(b, 2) - at(b, 8));
+      }
       if (n >= 2) tile2.push_back(at(b, 6) - at(b, 5));
       if (n >= 3) later.push_back((at(b, 3) - at(b, 6)) / double(n - 2));
       by_tiles[n].first += at(b, 3);
       by_tiles[n].second += 1;
-      const int64_t sm = static_cast<int64_t>(tl[8 * b + 4]);
+      const int64_t sm = static_cast<int64_t>(tl[kCarryTimelineSlots * b + 4]);
       sm_tiles[sm] += n;
       sm_end[sm] = std::max(sm_end[sm], at(b, 3));
     }
@@ -183,6 +190,10 @@ int main(int argc, char** argv) {
     std::printf("  entry spread: p50 %.2f max %.2f us; table: p50 %.2f max %.2f us; "
                 "to first loads: p50 %.2f max %.2f\n",
                 pct(entry, 0.5), pct(entry, 1.0), pct(table, 0.5), pct(table, 1.0), pct(first, 0.5), pct(first, 1.0));
+    if (!fill.empty())
+      std::printf("  after the table: scale fill p50 %.2f max %.2f us; range p50 %.2f max %.2f; "
+                  "first loads issued p50 %.2f max %.2f\n",
+                  pct(fill, 0.5), pct(fill, 1.0), pct(range, 0.5), pct(range, 1.0), pct(issue, 0.5), pct(issue, 1.0));
     if (!later.empty())
       std::printf("  tile 1: p50 %.2f max %.2f us; tile 2: p50 %.2f max %.2f; "
                   "later tiles (mean per CTA): p50 %.2f max %.2f\n",
@@ -202,7 +213,7 @@ int main(int argc, char** argv) {
         if (st.second > by_tiles[mode].second) mode = n;
       std::vector<double> e, t1, t2;
       for (int b = 0; b < ctas; ++b) {
-        if (static_cast<int64_t>(tl[8 * b + 7]) != mode || mode < 3) continue;
+        if (static_cast<int64_t>(tl[kCarryTimelineSlots * b + 7]) != mode || mode < 3) continue;
         e.push_back(at(b, 3));
         t1.push_back(at(b, 5));
         t2.push_back(at(b, 6));
