@@ -423,7 +423,6 @@ void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const q
                            int num_sms, cudaStream_t stream) {
   using Cfg = quant::SegmentsCarryConfig<kTileCols, kRowsPerThread>;
   auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T, kTileCols, kRowsPerThread>;
-  const int32_t prefetch_tiles = carry_prefetch_tiles();  // (the knobs first: a bad value leaves no work queued)
   const int smem_bytes = Cfg::smem_bytes(segments.num_row_blocks);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   // Every CTA of the grid is resident at once (none waits for another to finish), without asking the driver:
@@ -432,9 +431,12 @@ void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const q
   static_assert(Cfg::kCtasPerSm * (Cfg::smem_bytes(Cfg::kMaxTableEntries) + 1024) <= 228 * 1024,
                 "kCtasPerSm CTAs of the largest table fit in one SM's shared memory");
   const unsigned grid = static_cast<unsigned>(num_sms * Cfg::kCtasPerSm);
+  // (Both knobs read before anything is queued: a bad value leaves no memset node in a graph being captured.)
+  const int32_t prefetch_tiles = carry_prefetch_tiles();
+  const std::optional<quant::CarryDynamic> tail = carry_dynamic_knob(grid);
   quant::CarryDynamic dyn;
   at::Tensor keep;  // (a counter of the call's own, in graph capture)
-  if (const std::optional<quant::CarryDynamic> tail = carry_dynamic_knob(grid)) {
+  if (tail) {
     dyn = *tail;
     dyn.counter = carry_counter(x, stream, keep);
   }

@@ -667,6 +667,18 @@ def _capture_segments_cast(x, sizes):
     return graph, q_t, s_t
 
 
+def _carry_casts(cases):
+    """(x, sizes) of bf16 casts for the carry kernel's tests, one per (rows, cols, groups, seed): sizes cut at
+    random rows (_random_split), or with seed 0 the benchmark's 8-segment split."""
+    for rows, cols, groups, seed in cases:
+        if seed == 0:
+            from wgrad.bench_quant import _segment_sizes
+            sizes = torch.tensor(_segment_sizes(rows, groups), dtype=torch.int32)
+        else:
+            sizes = _random_split(rows, groups, seed=seed)
+        yield _random_x(rows, cols, torch.bfloat16, seed=seed), sizes
+
+
 @sm90
 @pytest.mark.parametrize("dynamic", ["0:1", "1:1", "1:2", "2:3", "64:1"])
 @pytest.mark.parametrize("tile", ["128x8", "64x8"])
@@ -679,14 +691,8 @@ def test_gpu_segments_carry_dynamic_tail(dynamic, tile, monkeypatch):
     monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
     monkeypatch.setenv("WGRAD_CARRY_TILE", tile)
     monkeypatch.setenv("WGRAD_CARRY_DYNAMIC", dynamic)
-    for rows, cols, groups, seed in ((6000, 1000, 9, 103), (700, 1032, 32, 107), (3001, 2048, 5, 109),
-                                     (4096, 2112, 8, 0)):
-        if seed == 0:
-            from wgrad.bench_quant import _segment_sizes
-            sizes = torch.tensor(_segment_sizes(rows, 8), dtype=torch.int32)
-        else:
-            sizes = _random_split(rows, groups, seed=seed)
-        x = _random_x(rows, cols, torch.bfloat16, seed=seed)
+    for x, sizes in _carry_casts(((6000, 1000, 9, 103), (700, 1032, 32, 107), (3001, 2048, 5, 109),
+                                  (4096, 2112, 8, 0))):
         for ue8m0 in (False, True, False):
             _check_gpu_op("segments", x, ue8m0, sizes)
 
@@ -702,14 +708,8 @@ def test_gpu_segments_carry_prefetch(prefetch, tile, monkeypatch):
     monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
     monkeypatch.setenv("WGRAD_CARRY_TILE", tile)
     monkeypatch.setenv("WGRAD_CARRY_PREFETCH", prefetch)
-    for rows, cols, groups, seed in ((6000, 1000, 9, 103), (700, 1032, 32, 107), (3001, 2048, 5, 109),
-                                     (1, 264, 2, 113), (8192, 2112, 8, 0)):
-        if seed == 0:
-            from wgrad.bench_quant import _segment_sizes
-            sizes = torch.tensor(_segment_sizes(rows, 8), dtype=torch.int32)
-        else:
-            sizes = _random_split(rows, groups, seed=seed)
-        x = _random_x(rows, cols, torch.bfloat16, seed=seed)
+    for x, sizes in _carry_casts(((6000, 1000, 9, 103), (700, 1032, 32, 107), (3001, 2048, 5, 109),
+                                  (1, 264, 2, 113), (8192, 2112, 8, 0))):
         _check_gpu_op("segments", x, False, sizes)
 
 

@@ -211,7 +211,10 @@ WGRAD_HOST_DEVICE inline CarryGuess carry_prefetch_guess(int64_t rows, int64_t s
                                                          int64_t ctas, int64_t k) {
   const int64_t used = ceil_div(rows, kCarryBlockRows) + segments / 2;
   const int64_t tiles = used * col_tiles;
-  // (No guess where 32 bits do not hold the range's products: the kernel then prefetches nothing.)
+  // (No guess where 32 bits do not hold the range's products: the kernel then prefetches nothing. The range
+  // and the walk's step k are carry_range's and carry_walk_tile's 32-bit paths, written out: called here,
+  // their 64-bit paths stay in the kernel behind this guard and it spilled 120 bytes; the C++ test checks
+  // the two against each other.)
   if (rows <= 0 || tiles * ctas >= (int64_t{1} << 32)) return {0, 0, 0};
   const auto t32 = static_cast<uint32_t>(tiles), b = static_cast<uint32_t>(cta), n = static_cast<uint32_t>(ctas);
   const uint32_t first = t32 * b / n, last = t32 * (b + 1) / n;

@@ -405,9 +405,13 @@ TEST(SegmentsCarryPlan, PrefetchGuessStaysInsideXAndStepsLikeTheRange) {
               ASSERT_EQ(g.row_count, std::min<int64_t>(kCarryBlockRows, rows - g.row_start));
               ASSERT_GE(g.c, 0);
               ASSERT_LT(g.c, col_tiles);
-              // The step's column tile is the range's: the walk's tile t at column tile t / used.
+              // The step's tile is the walk's (carry_range, carry_walk_tile): its column tile, and its block at
+              // the guessed row b R / blocks.
               const CarryTile t = carry_walk_tile(r, k, static_cast<int32_t>(used));
               ASSERT_EQ(g.c, t.c);
+              const auto row = static_cast<int64_t>(static_cast<float>(t.b) *
+                                                    (static_cast<float>(rows) / static_cast<float>(used)));
+              ASSERT_EQ(g.row_start, std::min<int64_t>(row, rows - 1));
             }
           }
         }
