@@ -247,13 +247,23 @@ int32_t* carry_counter(const at::Tensor& x, cudaStream_t stream, at::Tensor& kee
     C10_CUDA_CHECK(cudaMemsetAsync(keep.data_ptr<int32_t>(), 0, sizeof(int32_t), stream));
     return keep.data_ptr<int32_t>();
   }
+  // A thread's last (device, stream) skips the lock and the map: a training step casts on one stream.
+  struct Last {
+    int device = -1;
+    cudaStream_t stream = nullptr;
+    int32_t* counter = nullptr;
+  };
+  thread_local Last last;
+  const int device = x.get_device();
+  if (last.counter != nullptr && last.device == device && last.stream == stream) return last.counter;
   static std::mutex mutex;
-  // (Never freed: a tensor destroyed after the CUDA runtime at exit would crash.)
+  // (Never freed: a tensor destroyed after the CUDA runtime at exit would crash; so `last` never dangles.)
   static auto* counters = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
   std::lock_guard<std::mutex> lock(mutex);
-  at::Tensor& counter = (*counters)[{static_cast<int>(x.get_device()), stream}];
+  at::Tensor& counter = (*counters)[{device, stream}];
   if (!counter.defined()) counter = at::zeros({1}, x.options().dtype(at::kInt));
-  return counter.data_ptr<int32_t>();
+  last = {device, stream, counter.data_ptr<int32_t>()};
+  return last.counter;
 }
 
 // The segments kernel's automatic tile order, tabulated here for every count of used row blocks B the

@@ -310,8 +310,13 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   CarrySplit split{};
   int64_t handed_out = 0;  // indices the launch takes from the counter (0: none)
   CarryRange walk;
-  if (dyn.counter != nullptr && carry_remainder(tiles, gridDim.x) <= dyn.max_remainder) {
-    split = carry_split(tiles, gridDim.x, dyn.back, dyn.chunk);
+  bool tail = false;
+  if (dyn.counter != nullptr) {
+    const CarrySplit s = carry_split(tiles, gridDim.x, dyn.back, dyn.chunk);
+    tail = s.remainder <= dyn.max_remainder;
+    if (tail) split = s;
+  }
+  if (tail) {
     handed_out = split.runs > 0 ? split.runs + gridDim.x : 0;
     walk = carry_static_range(split, blockIdx.x);
   } else {

@@ -72,6 +72,7 @@ struct CarrySplit {
   int64_t per_cta;       // tiles of every CTA's static range
   int64_t static_tiles;  // per_cta x ctas: the counter's runs start here
   int64_t runs;          // runs of `chunk` tiles the counter hands out (the last one may be shorter)
+  int64_t remainder;     // tiles % ctas (the kernel takes the counter only when this is small enough)
   int32_t chunk;
 };
 WGRAD_HOST_DEVICE inline CarrySplit carry_split(int64_t tiles, int64_t ctas, int32_t back, int32_t chunk) {
@@ -80,21 +81,18 @@ WGRAD_HOST_DEVICE inline CarrySplit carry_split(int64_t tiles, int64_t ctas, int
   if (tiles < (int64_t{1} << 31)) {  // (32-bit divisions while the tiles fit, as in carry_range)
     const auto t = static_cast<uint32_t>(tiles), n = static_cast<uint32_t>(ctas), k = static_cast<uint32_t>(chunk);
     const uint32_t even = t / n, per_cta = even > static_cast<uint32_t>(back) ? even - back : 0u;
+    s.remainder = t - even * n;
     s.per_cta = per_cta;
     s.static_tiles = int64_t{per_cta} * ctas;
     s.runs = (t - static_cast<uint32_t>(s.static_tiles) + k - 1u) / k;
     return s;
   }
   const int64_t even = tiles / ctas;
+  s.remainder = tiles - even * ctas;
   s.per_cta = even > back ? even - back : 0;
   s.static_tiles = s.per_cta * ctas;
   s.runs = (tiles - s.static_tiles + chunk - 1) / chunk;
   return s;
-}
-// tiles % ctas (in 32 bits while the tiles fit).
-WGRAD_HOST_DEVICE inline int64_t carry_remainder(int64_t tiles, int64_t ctas) {
-  if (tiles < (int64_t{1} << 31)) return static_cast<uint32_t>(tiles) % static_cast<uint32_t>(ctas);
-  return tiles % ctas;
 }
 WGRAD_HOST_DEVICE inline CarryRange carry_static_range(const CarrySplit& s, int64_t cta) {
   return {s.per_cta * cta, s.per_cta * (cta + 1), (cta & 1) == 0};

@@ -299,16 +299,17 @@ TEST(SegmentsCarryPlan, DynamicTailStoresEveryByteOnce) {
       }
     }
   }
-  // carry_split's and carry_remainder's arithmetic on either side of 2^31 and 2^32 tiles.
+  // carry_split's arithmetic (its remainder too) on either side of 2^31 and 2^32 tiles.
   for (const int64_t tiles : {int64_t{0}, int64_t{395}, int64_t{2016}, (int64_t{1} << 31) - 1, int64_t{1} << 31,
                               (int64_t{1} << 32) + 5}) {
-    EXPECT_EQ(carry_remainder(tiles, 396), tiles % 396) << tiles;
     const CarrySplit s = carry_split(tiles, 396, 0, 1);
+    EXPECT_EQ(s.remainder, tiles % 396) << tiles;
     EXPECT_EQ(s.per_cta, tiles / 396) << tiles;
     EXPECT_EQ(s.runs, tiles % 396) << tiles;
   }
   for (const int64_t tiles : {(int64_t{1} << 32) - 1, int64_t{1} << 32, (int64_t{1} << 33) + 7}) {
     const CarrySplit s = carry_split(tiles, 396, 1, 3);
+    EXPECT_EQ(s.remainder, tiles % 396) << tiles;
     EXPECT_EQ(s.per_cta, tiles / 396 - 1);
     EXPECT_EQ(s.runs, (tiles - s.static_tiles + 2) / 3);
   }
