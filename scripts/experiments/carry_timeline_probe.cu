@@ -17,6 +17,7 @@
 #include <string>
 
 #include "probe_common.h"
+#include "../../tests/cpp/bench_split.h"
 
 constexpr int kMaxCtas = 4096;
 constexpr int kCarryTimelineSlots = 16;  // per CTA (the kernel's WGRAD_CARRY_MARK slots, 0-9)
@@ -40,18 +41,7 @@ __global__ void fill_x(__nv_bfloat16* x, size_t n) {
 
 // The benchmark's split (python/wgrad/bench_quant.py, _segment_sizes).
 std::vector<int32_t> segment_sizes(int rows, int groups, int align) {
-  const int offsets[7] = {37, -58, 83, -21, 66, -95, 12};
-  const int limit = rows / groups / 2;
-  std::vector<int32_t> s;
-  int sum = 0;
-  for (int g = 0; g + 1 < groups; ++g) {
-    int v = rows / groups + std::max(-limit, std::min(limit, offsets[g % 7]));
-    if (align > 1) v = v / align * align;
-    s.push_back(v);
-    sum += v;
-  }
-  s.push_back(rows - sum);
-  return s;
+  return wgrad::bench::segment_sizes<int32_t>(rows, groups, align);
 }
 
 // One cast's buffers on the device (x random, the sizes copied) and the kernel's arguments for it.

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "probe_common.h"
+#include "../../tests/cpp/bench_split.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -106,19 +107,7 @@ __global__ void __launch_bounds__(256) pattern_kernel(const uint4* __restrict__ 
 }
 
 // bench_quant._segment_sizes(rows, 8): R / 8 moved by fixed offsets, the last taking the rest.
-static std::vector<int> segment_sizes(int rows) {
-  const int offsets[7] = {37, -58, 83, -21, 66, -95, 12};
-  const int groups = 8, limit = rows / groups / 2;
-  std::vector<int> s;
-  int sum = 0;
-  for (int g = 0; g < groups - 1; ++g) {
-    const int o = offsets[g] < -limit ? -limit : offsets[g] > limit ? limit : offsets[g];
-    s.push_back(rows / groups + o);
-    sum += s.back();
-  }
-  s.push_back(rows - sum);
-  return s;
-}
+static std::vector<int> segment_sizes(int rows) { return wgrad::bench::segment_sizes<int>(rows); }
 
 // Blocks of a split: segment g's rows at x row offset, q_t columns from its (padded) start.
 static std::vector<Block> make_blocks(const std::vector<int>& sizes, int pad, int64_t* q_cols) {

@@ -6,6 +6,8 @@
 // a thread's rows cover the block once, each byte landing at the block's own q_t column.
 #include "kernels/segments_carry_plan.h"
 
+#include "bench_split.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -196,17 +198,7 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
 }
 
 // The benchmark's uneven split (bench_quant._segment_sizes, 8 segments).
-std::vector<int64_t> bench_split(int64_t rows) {
-  const int64_t offsets[7] = {37, -58, 83, -21, 66, -95, 12};
-  std::vector<int64_t> sizes;
-  int64_t sum = 0;
-  for (int64_t o : offsets) {
-    sizes.push_back(rows / 8 + o);
-    sum += sizes.back();
-  }
-  sizes.push_back(rows - sum);
-  return sizes;
-}
+std::vector<int64_t> bench_split(int64_t rows) { return wgrad::bench::segment_sizes<int64_t>(rows); }
 
 std::vector<int64_t> random_split(int64_t rows, int groups, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -430,12 +422,7 @@ TEST(SegmentsCarryPlan, PrefetchGuessFindsMostOfTheFirstTiles) {
   for (int64_t rows : {4096, 8192, 16384}) {
     for (int32_t col_tiles : {17, 56}) {
       for (int align : {1, 16}) {
-        std::vector<int64_t> sizes = bench_split(rows);
-        if (align == 16) {
-          int64_t sum = 0;
-          for (size_t g = 0; g + 1 < sizes.size(); ++g) sum += sizes[g] = sizes[g] / 16 * 16;
-          sizes.back() = rows - sum;
-        }
+        const std::vector<int64_t> sizes = wgrad::bench::segment_sizes<int64_t>(rows, 8, align);
         const std::vector<Block> blocks = blocks_of(sizes);
         const auto used = static_cast<int64_t>(blocks.size());
         for (int steps : {1, 2}) {
