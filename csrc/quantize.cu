@@ -222,16 +222,22 @@ std::optional<quant::CarryDynamic> carry_dynamic_knob(unsigned ctas) {
   return d;
 }
 
-// The carry kernel's L2 prefetch before its table (carry_prefetch_guess): the first N tiles of the walk every
-// CTA most likely takes, guessed from R, C and the count of segments, N in 0-4. Knob WGRAD_CARRY_PREFETCH,
-// read at every call; default 0 (none) until measured (docs/perf-notes.md, session 35).
-int32_t carry_prefetch_tiles() {
+// The carry kernel's L2 prefetch before its table (carry_prefetch_guess, CarryPrefetch): the first N tiles of
+// the walk every CTA most likely takes, guessed from R, C and the count of segments, N in 0-4, asked a row at a
+// time ("N") or a TMA box per tile ("boxN"). Knob WGRAD_CARRY_PREFETCH, read at every call; default 0 (none)
+// until measured (docs/perf-notes.md, sessions 35-36).
+struct CarryPrefetchKnob {
+  int32_t tiles = 0;
+  bool boxes = false;
+};
+CarryPrefetchKnob carry_prefetch_knob() {
   const char* v = std::getenv("WGRAD_CARRY_PREFETCH");
-  if (v == nullptr) return 0;
+  if (v == nullptr) return {};
+  const bool boxes = std::strncmp(v, "box", 3) == 0;
   long n = -1;
-  TORCH_CHECK(parse_knob_int(v, &n) && n >= 0 && n <= 4, "WGRAD_CARRY_PREFETCH must be a tile count 0 to 4, got '", v,
-              "'");
-  return static_cast<int32_t>(n);
+  TORCH_CHECK(parse_knob_int(boxes ? v + 3 : v, &n) && n >= (boxes ? 1 : 0) && n <= 4,
+              "WGRAD_CARRY_PREFETCH must be a tile count 0 to 4 or box1 to box4, got '", v, "'");
+  return {static_cast<int32_t>(n), boxes};
 }
 
 // The dynamic tail's counter for a launch on `stream`: 0 when the launch starts, and every launch leaves it
@@ -441,8 +447,20 @@ void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const q
   static_assert(Cfg::kCtasPerSm * (Cfg::smem_bytes(Cfg::kMaxTableEntries) + 1024) <= 228 * 1024,
                 "kCtasPerSm CTAs of the largest table fit in one SM's shared memory");
   const unsigned grid = static_cast<unsigned>(num_sms * Cfg::kCtasPerSm);
-  // (Both knobs read before anything is queued: a bad value leaves no memset node in a graph being captured.)
-  const int32_t prefetch_tiles = carry_prefetch_tiles();
+  // (Both knobs read, and x's box encoded, before anything is queued: a bad value leaves no memset node in a
+  // graph being captured.)
+  const CarryPrefetchKnob prefetch = carry_prefetch_knob();
+  quant::CarryPrefetch pf{};
+  pf.tiles = prefetch.tiles;
+  pf.boxes = prefetch.boxes;
+  if (pf.boxes) {
+    const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
+    const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
+    const uint32_t box[2] = {static_cast<uint32_t>(kTileCols), static_cast<uint32_t>(quant::kCarryBlockRows)};
+    const std::string err = encode_tma_descriptor(&pf.tma_x, tma_dtype<T>(), 2, p.x, dims, strides, box,
+                                                  CU_TENSOR_MAP_SWIZZLE_NONE);
+    TORCH_CHECK(err.empty(), "WGRAD_CARRY_PREFETCH=box", pf.tiles, ": TMA descriptor of x: ", err);
+  }
   const std::optional<quant::CarryDynamic> tail = carry_dynamic_knob(grid);
   quant::CarryDynamic dyn;
   at::Tensor keep;  // (a counter of the call's own, in graph capture)
@@ -450,7 +468,7 @@ void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const q
     dyn = *tail;
     dyn.counter = carry_counter(x, stream, keep);
   }
-  kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(p, segments, dyn, prefetch_tiles);
+  kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(p, segments, dyn, pf);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

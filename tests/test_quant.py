@@ -698,13 +698,14 @@ def test_gpu_segments_carry_dynamic_tail(dynamic, tile, monkeypatch):
 
 
 @sm90
-@pytest.mark.parametrize("prefetch", ["1", "2", "4"])
+@pytest.mark.parametrize("prefetch", ["1", "2", "4", "box1", "box2", "box4"])
 @pytest.mark.parametrize("tile", ["128x8", "64x8", "64x4"])
 def test_gpu_segments_carry_prefetch(prefetch, tile, monkeypatch):
-    # WGRAD_CARRY_PREFETCH=N: every CTA asks the L2 for the first N tiles it guesses it will walk before its
-    # table is built (carry_prefetch_guess). The prefetched rows must lie inside x at every shape (an address
-    # past x's allocation may fault): R and C not multiples of the tile, a partial last column tile, one row,
-    # more CTAs than tiles, the benchmark's split at 8192 x 2112; the result is the cast's, bit for bit.
+    # WGRAD_CARRY_PREFETCH=N (boxN): every CTA asks the L2 for the first N tiles it guesses it will walk before
+    # its table is built (carry_prefetch_guess), a row at a time (a TMA box per tile through a descriptor of x).
+    # The prefetched rows must lie inside x at every shape (an address past x's allocation may fault; a box is
+    # clipped by the TMA unit): R and C not multiples of the tile, a partial last column tile, one row, more
+    # CTAs than tiles, the benchmark's split at 8192 x 2112; the result is the cast's, bit for bit.
     monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
     monkeypatch.setenv("WGRAD_CARRY_TILE", tile)
     monkeypatch.setenv("WGRAD_CARRY_PREFETCH", prefetch)
@@ -983,8 +984,9 @@ _ORDER_MESSAGE = ("WGRAD_SEGMENT_ORDER must be auto, ranges, cranges or a strip 
     *[("WGRAD_CARRY_DYNAMIC", v, "segments",
        f"WGRAD_CARRY_DYNAMIC must be auto, off or BACK:CHUNK \\(0-64, 1-64\\), got '{v}'")
       for v in ["on", "1", "1:0", "-1:1", "65:1", "1:65", "1:2:3", "1,1"]],
-    *[("WGRAD_CARRY_PREFETCH", v, "segments", f"WGRAD_CARRY_PREFETCH must be a tile count 0 to 4, got '{v}'")
-      for v in ["-1", "5", "one", ""]],
+    *[("WGRAD_CARRY_PREFETCH", v, "segments",
+       f"WGRAD_CARRY_PREFETCH must be a tile count 0 to 4 or box1 to box4, got '{v}'")
+      for v in ["-1", "5", "one", "", "box", "box0", "box5", "boxes", "2box"]],
 ])
 def test_gpu_tuning_knobs_reject_bad_values(var, value, kind, message, monkeypatch):
     if var.startswith("WGRAD_CARRY_"):  # (read only when the carry kernel is taken)

@@ -40,6 +40,8 @@
 // tests/cpp/test_segments_carry_plan.cpp replays.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
+
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -98,6 +100,16 @@ struct CarryDynamic {
   int32_t back = 0;
   int32_t chunk = 1;
   int32_t max_remainder = 0;
+};
+
+// The L2 prefetch of every CTA's guessed first tiles before its table (carry_prefetch_guess): `tiles` of
+// them (0: none), asked a row at a time (cp.async.bulk.prefetch, 128 per tile, by 128 threads per tile) or,
+// with `boxes`, one TMA box per tile (cp.async.bulk.prefetch.tensor, by one thread per tile) through
+// `tma_x`: x [R, C] with a box of the tile's columns x kCarryBlockRows rows, encoded only then.
+struct CarryPrefetch {
+  CUtensorMap tma_x;
+  int32_t tiles = 0;
+  bool boxes = false;
 };
 
 // Word index in the ring of q_t column `pos` (absolute) of ring row `row`. Words are XOR-swizzled in
@@ -242,11 +254,25 @@ __device__ __forceinline__ void carry_prefetch_first_tiles(const void* x, int64_
   }
 }
 
+// The same guesses as carry_prefetch_first_tiles, a TMA box of a whole tile each (thread k < tiles asks for
+// step k): one instruction per tile instead of 128, and the box clipped at x's edges by the TMA unit.
+template <int kTileCols>
+__device__ __forceinline__ void carry_prefetch_first_boxes(const CUtensorMap* tma_x, int64_t rows, int64_t cols,
+                                                           int64_t segments, int32_t tiles) {
+  if (static_cast<int32_t>(threadIdx.x) >= tiles) return;
+  const auto col_tiles = static_cast<int32_t>(ceil_div(cols, kTileCols));
+  const CarryGuess g = carry_prefetch_guess(rows, segments, col_tiles, blockIdx.x, gridDim.x, threadIdx.x);
+  if (g.row_count <= 0) return;
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(tma_x),
+               "r"(g.c * kTileCols), "r"(g.row_start)
+               : "memory");
+}
+
 template <typename T, int kTileColumns, int kRowsPerThreadV>
 __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kThreads,
                                   SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kCtasPerSm)
     quantize_fp8_1x128_segments_carry_kernel(const QuantizeParams p, const SegmentTableArgs seg_args,
-                                             const CarryDynamic dyn, const int32_t prefetch_tiles) {
+                                             const CarryDynamic dyn, const __grid_constant__ CarryPrefetch pf) {
   static_assert(sizeof(T) == 2, "16-bit x: one 16-byte load per 8 columns");
   using Cfg = SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>;
   constexpr int kR = Cfg::kRowsPerThread;
@@ -263,12 +289,16 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   WGRAD_CARRY_MARK(0);
 
   const int m = tid % Cfg::kColGroups, pg = tid / Cfg::kColGroups;  // column group (8 columns), row group (kR rows)
-  // The first prefetch_tiles tiles of the walk the CTA most likely takes, asked of the L2 behind the sizes'
-  // load (carry_prefetch_first_tiles).
+  // The first pf.tiles tiles of the walk the CTA most likely takes, asked of the L2 behind the sizes' load
+  // (carry_prefetch_first_tiles, carry_prefetch_first_boxes).
   auto prefetch = [&] {
-    if (prefetch_tiles > 0) {
-      carry_prefetch_first_tiles<Cfg::kTileCols, sizeof(T), Cfg::kThreads>(p.x, p.rows, p.cols, seg_args.num_segments,
-                                                                          prefetch_tiles);
+    if (pf.tiles > 0) {
+      if (pf.boxes) {
+        carry_prefetch_first_boxes<Cfg::kTileCols>(&pf.tma_x, p.rows, p.cols, seg_args.num_segments, pf.tiles);
+      } else {
+        carry_prefetch_first_tiles<Cfg::kTileCols, sizeof(T), Cfg::kThreads>(p.x, p.rows, p.cols,
+                                                                            seg_args.num_segments, pf.tiles);
+      }
     }
   };
   const SegmentSummary summary = build_segment_table_warps(seg_args, table, warp, Cfg::kWarps, prefetch);

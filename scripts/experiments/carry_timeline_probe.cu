@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -24,6 +25,7 @@ constexpr int kCarryTimelineSlots = 16;  // per CTA (the kernel's WGRAD_CARRY_MA
 __device__ unsigned long long wgrad_carry_timeline[kCarryTimelineSlots * kMaxCtas];
 #define WGRAD_CARRY_TIMELINE
 #include "kernels/quantize_segments_carry.cuh"
+#include "kernels/tma_descriptor.h"
 
 using namespace wgrad;
 using namespace wgrad::quant;
@@ -96,13 +98,33 @@ int main(int argc, char** argv) {
     CK(cudaMemset(dyn.counter, 0, sizeof(int32_t)));
     std::printf("dynamic tail: back %d, chunk %d, max remainder %d\n", dyn.back, dyn.chunk, dyn.max_remainder);
   }
-  // CARRY_PREFETCH=N: the kernel's L2 prefetch of the first N tiles it guesses (0: none).
-  const int32_t prefetch = std::getenv("CARRY_PREFETCH") ? std::atoi(std::getenv("CARRY_PREFETCH")) : 0;
-  std::printf("prefetch: %d tiles\n", prefetch);
+  // CARRY_PREFETCH=N or boxN: the kernel's L2 prefetch of the first N tiles it guesses (0: none), a row at a
+  // time or a TMA box per tile (CarryPrefetch; the box form's descriptor is x's, so one per cast).
+  const char* pf_env = std::getenv("CARRY_PREFETCH");
+  const bool pf_boxes = pf_env != nullptr && std::strncmp(pf_env, "box", 3) == 0;
+  const int32_t pf_tiles = pf_env == nullptr ? 0 : std::atoi(pf_boxes ? pf_env + 3 : pf_env);
+  std::printf("prefetch: %d tiles%s\n", pf_tiles, pf_boxes ? ", a TMA box each" : "");
+  auto prefetch_of = [&](const Cast& c) {
+    CarryPrefetch pf{};
+    pf.tiles = pf_tiles;
+    pf.boxes = pf_boxes;
+    if (pf_boxes) {
+      const uint64_t dims[2] = {uint64_t(c.p.cols), uint64_t(c.p.rows)}, strides[1] = {uint64_t(c.p.cols) * 2};
+      const uint32_t box[2] = {uint32_t(Cfg::kTileCols), uint32_t(kCarryBlockRows)};
+      const std::string err = encode_tma_descriptor(&pf.tma_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, c.p.x, dims,
+                                                    strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+      if (!err.empty()) {
+        std::printf("%s\n", err.c_str());
+        std::exit(1);
+      }
+    }
+    return pf;
+  };
   // A small cast of its own (512 x 512, two unaligned segments) that brings the kernel's code into the L2
   // after the flush and before a timed call ("code warm"): what the rest of the launch costs is then not
   // the first fetch of its instructions.
   const Cast warm(512, 512, {200, 312});
+  const CarryPrefetch warm_prefetch = prefetch_of(warm);
   for (int arg = 1; arg < argc; ++arg) {
     int R, C, G, align;
     if (std::sscanf(argv[arg], "%dx%dx%dx%d", &R, &C, &G, &align) != 4) return 1;
@@ -110,6 +132,7 @@ int main(int argc, char** argv) {
     const Cast cast(R, C, sizes);
     const QuantizeParams& p = cast.p;
     const SegmentTableArgs& a = cast.a;
+    const CarryPrefetch prefetch = prefetch_of(cast);
     const int64_t row_blocks = cast.row_blocks;
     const int smem = Cfg::smem_bytes(row_blocks);
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -123,7 +146,7 @@ int main(int argc, char** argv) {
                                     flushed);
     const float us_warm = median_us([&] { kernel<<<ctas, Cfg::kThreads, smem>>>(p, a, dyn, prefetch); }, 15, [&](int rep) {
       flushed(rep);
-      kernel<<<ctas, Cfg::kThreads, Cfg::smem_bytes(warm.row_blocks)>>>(warm.p, warm.a, dyn, prefetch);
+      kernel<<<ctas, Cfg::kThreads, Cfg::smem_bytes(warm.row_blocks)>>>(warm.p, warm.a, dyn, warm_prefetch);
     });
     // (With the dynamic tail: also with the host's memset of the counter before each call, as the op does.)
     const float us_memset = dyn.counter == nullptr ? 0.0f : median_us([&] {

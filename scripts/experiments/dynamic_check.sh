@@ -4,17 +4,20 @@
 # setting, the carry kernel's GPU tests and the knob tests, the quantization GPU tests (DYN_ALL_TESTS=1), then
 # the order sweep of the settings side by side and the benchmark. Logs under $OUT.
 #   OUT=... scripts/experiments/dynamic_check.sh
-# env DYN_SETTINGS (probe: "off 0:1 1:1 ...", each optionally +pfN: the L2 prefetch of N tiles, else none),
-# DYN_CASES (probe: R x C x G x align), DYN_TOKENS (sweep), ORDER_KINDS, ORDER_SHAPES, SWEEP_REPS;
-# DYN_BENCH=N: then N runs of `python -m wgrad bench --quant --reps 15` (bench.txt), under each VAR=VALUE of
-# DYN_BENCH_ENVS (space-separated; default: none); DYN_PYTEST_K: the -k of the carry tests; DYN_HAND_BACK=DIR:
-# a fresh build handed back there (scripts/build_cache.sh; $OUT returns at most ~8 files).
-# Session 35's plan for the prefetch (docs/perf-notes.md):
-#   DYN_SETTINGS="off+pf0 off+pf1 off+pf2 off+pf3 0:1:198+pf0 0:1:198+pf1" \
-#   DYN_CASES="4096x7168x8x1 8192x2112x8x1 8192x4096x8x1 8192x2112x8x16" DYN_ALL_TESTS=1 \
-#   DYN_TOKENS="WGRAD_CARRY_PREFETCH=0,WGRAD_CARRY_PREFETCH=1,WGRAD_CARRY_PREFETCH=2,WGRAD_CARRY_PREFETCH=3" \
-#   ORDER_KINDS="segments,segments16,segments_one" DYN_BENCH=1 \
-#   DYN_BENCH_ENVS="WGRAD_CARRY_PREFETCH=0 WGRAD_CARRY_PREFETCH=1" OUT=$OUT scripts/experiments/dynamic_check.sh
+# env DYN_SETTINGS (probe: "off 0:1 1:1 ...", each optionally +pfN or +pfboxN: the L2 prefetch of N tiles, a
+# row or a TMA box at a time, else none), DYN_CASES (probe: R x C x G x align), DYN_TOKENS (sweep), ORDER_KINDS,
+# ORDER_SHAPES, SWEEP_REPS; DYN_BENCH=N: then N runs of `python -m wgrad bench --quant --reps 15` (bench.txt),
+# under each VAR=VALUE of DYN_BENCH_ENVS (space-separated; default: none); DYN_PYTEST_K: the -k of the carry
+# tests; DYN_HAND_BACK=DIR: a fresh build handed back there (scripts/build_cache.sh; $OUT returns at most ~8
+# files).
+# Sessions 35-36's plan for the prefetch (docs/perf-notes.md), two calls (carry [".whl"]):
+#   1. DYN_SETTINGS="off+pf0 off+pf1 off+pf2 off+pfbox1 off+pfbox2 off+pfbox4 0:1:198+pf0 0:1:198+pf1 0:1:198+pfbox2" \
+#      DYN_CASES="4096x7168x8x1 8192x2112x8x1 8192x4096x8x1 8192x2112x8x16" DYN_ALL_TESTS=1 \
+#      DYN_TOKENS="WGRAD_CARRY_PREFETCH=0,WGRAD_CARRY_PREFETCH=1,WGRAD_CARRY_PREFETCH=2,WGRAD_CARRY_PREFETCH=box1,WGRAD_CARRY_PREFETCH=box2,WGRAD_CARRY_PREFETCH=box4" \
+#      ORDER_KINDS="segments,segments16" OUT=$OUT scripts/experiments/dynamic_check.sh
+#   2. the benchmark under the best one or two settings beside none: DYN_SETTINGS=off DYN_PYTEST_K=prefetch \
+#      DYN_TOKENS=WGRAD_CARRY_PREFETCH=0 ORDER_SHAPES="8192,2112" DYN_BENCH=1 \
+#      DYN_BENCH_ENVS="WGRAD_CARRY_PREFETCH=0 WGRAD_CARRY_PREFETCH=<best>" OUT=$OUT scripts/experiments/dynamic_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"
