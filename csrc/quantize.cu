@@ -171,14 +171,17 @@ int64_t colwise_grid(int64_t tiles, int groups, int num_sms) {
   return std::min<int64_t>(full, n);
 }
 
-// The kernel of the unpadded segments cast with 16-bit x, at most kMaxWarpSegments segments and a table of at
-// most SegmentsCarryConfig<128, 8>::kMaxTableEntries entries: "carry" (quantize_segments_carry.cuh: every
-// shared sector written whole), "tma" (the persistent TMA kernel of the other casts) or "auto" (carry where
-// carry_kernel_by_default measured it faster: two or more segments, R >= 4096, at least 256 rows per
-// segment, C >= 2048, R x C >= 2^24). Knob WGRAD_SEGMENT_KERNEL, read at every call; default auto.
-bool want_segments_carry(int64_t rows, int64_t cols, int64_t segments) {
+// The kernel of the segments cast with 16-bit x, at most kMaxWarpSegments segments and a table of at most
+// SegmentsCarryConfig<128, 8>::kMaxTableEntries entries: "carry" (quantize_segments_carry.cuh: every shared
+// sector written whole), "tma" (the persistent TMA kernel of the other casts) or "auto": unpadded (pad 0),
+// carry where carry_kernel_by_default measured it faster (two or more segments, R >= 4096, at least 256 rows
+// per segment, C >= 2048, R x C >= 2^24); padded, tma (the carry kernel's padded form, built in session 36
+// without a GPU, is not measured yet). Knob WGRAD_SEGMENT_KERNEL, read at every call; default auto.
+bool want_segments_carry(int64_t rows, int64_t cols, int64_t segments, int64_t pad) {
   const char* v = std::getenv("WGRAD_SEGMENT_KERNEL");
-  if (v == nullptr || std::strcmp(v, "auto") == 0) return quant::carry_kernel_by_default(rows, cols, segments);
+  if (v == nullptr || std::strcmp(v, "auto") == 0) {
+    return pad == 0 && quant::carry_kernel_by_default(rows, cols, segments);
+  }
   if (std::strcmp(v, "tma") == 0) return false;
   if (std::strcmp(v, "carry") == 0) return true;
   TORCH_CHECK(false, "WGRAD_SEGMENT_KERNEL must be auto, carry or tma, got '", v, "'");
@@ -433,12 +436,12 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
 }
 
 // The segments cast with carried sectors: SegmentsCarryConfig<...>::kCtasPerSm CTAs per SM, each one contiguous
-// range of the tiles (quantize_segments_carry.cuh).
-template <typename T, int kTileCols, int kRowsPerThread>
+// range of the tiles (quantize_segments_carry.cuh); kPadded: the padded cast (p.seg_pad > 0).
+template <typename T, int kTileCols, int kRowsPerThread, bool kPadded = false>
 void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const quant::SegmentTableArgs& segments,
                            int num_sms, cudaStream_t stream) {
   using Cfg = quant::SegmentsCarryConfig<kTileCols, kRowsPerThread>;
-  auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T, kTileCols, kRowsPerThread>;
+  auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T, kTileCols, kRowsPerThread, kPadded>;
   const int smem_bytes = Cfg::smem_bytes(segments.num_row_blocks);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   // Every CTA of the grid is resident at once (none waits for another to finish), without asking the driver:
@@ -525,11 +528,13 @@ void launch(const char* op, const at::Tensor& x, const QuantizeParams& p_in, int
           using Carry128 = quant::SegmentsCarryConfig<128, 8>;
           using Carry64x8 = quant::SegmentsCarryConfig<64, 8>;
           using Carry64x4 = quant::SegmentsCarryConfig<64, 4>;
-          if (column_kernel && p.seg_pad == 0 && segments.num_segments <= quant::kMaxWarpSegments &&
+          if (column_kernel && segments.num_segments <= quant::kMaxWarpSegments &&
               segments.num_row_blocks <= Carry128::kMaxTableEntries && p.cols <= Carry128::kMaxCols &&
-              want_segments_carry(p.rows, p.cols, segments.num_segments)) {
+              want_segments_carry(p.rows, p.cols, segments.num_segments, p.seg_pad)) {
             const CarryTile tile = carry_tile();
-            if (tile == CarryTile::k64x8 && segments.num_row_blocks <= Carry64x8::kMaxTableEntries) {
+            if (p.seg_pad > 0) {  // (padded: the 128 x 8 tile only, whatever WGRAD_CARRY_TILE says)
+              launch_segments_carry<T, 128, 8, true>(x, p, segments, num_sms, stream);
+            } else if (tile == CarryTile::k64x8 && segments.num_row_blocks <= Carry64x8::kMaxTableEntries) {
               launch_segments_carry<T, 64, 8>(x, p, segments, num_sms, stream);
             } else if (tile == CarryTile::k64x4 && segments.num_row_blocks <= Carry64x4::kMaxTableEntries) {
               launch_segments_carry<T, 64, 4>(x, p, segments, num_sms, stream);

@@ -204,6 +204,43 @@ def test_gpu_padded_tile_orders(order, monkeypatch):
     _check_gpu(_random_x(6000, 520, torch.bfloat16, seed=3), [1000, 37, 0, 2963, 5, 1995], 16)
 
 
+# Splits where the carry kernel's CTAs walk several tiles (17 column tiles, > 396 tiles), so that blocks carry
+# sectors to each other across the padding: short blocks after full ones (a block of fewer rows than its
+# sector holds leaves some of its padding in the sector it carries to the block before it, walking down),
+# empty segments, the benchmark's uneven split.
+def _carry_padded_splits():
+    from wgrad.bench_quant import _segment_sizes
+    return [[128 * ((g * 7) % 3) + (g * 37) % 29 + 1 for g in range(32)],
+            [174, 141, 154, 14, 217, 0, 1300, 13, 128, 0, 3] * 2,
+            _segment_sizes(8192, 8)]
+
+
+@sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("pad", PADS)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_gpu_padded_carry_kernel_bit_exact(case, pad, dtype, monkeypatch):
+    # WGRAD_SEGMENT_KERNEL=carry: the carry kernel's padded form (the default for padded casts stays the TMA
+    # kernel until measured): a segment's last block stores its padding, the last block the zeros after the
+    # last segment (into poisoned outputs: a byte it does not write shows up).
+    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
+    rows, sizes = CASES[case]
+    _check_gpu(_random_x(rows, 1000, dtype, seed=rows + 7 * len(sizes)), sizes, pad)
+
+
+@sm90
+@pytest.mark.parametrize("mode", ["static", "tail", "prefetch"])
+@pytest.mark.parametrize("pad", PADS)
+def test_gpu_padded_carry_kernel_walks(mode, pad, monkeypatch):
+    # The padded form where CTAs walk several tiles and carry sectors (_carry_padded_splits), with static ranges,
+    # the dynamic tail on every launch (0:1) or the L2 prefetch.
+    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
+    monkeypatch.setenv("WGRAD_CARRY_DYNAMIC", "0:1" if mode == "tail" else "off")
+    monkeypatch.setenv("WGRAD_CARRY_PREFETCH", "box2" if mode == "prefetch" else "0")
+    for i, sizes in enumerate(_carry_padded_splits()):
+        _check_gpu(_random_x(sum(sizes), 2112, torch.bfloat16, seed=40 + i), sizes, pad)
+
+
 @sm90
 def test_gpu_padded_large_table_and_many_segments():
     # 3000 segments: a table too large for shared memory (the one-CTA table kernel first), most blocks

@@ -1,5 +1,7 @@
-// \brief The unpadded MoE segments cast with carried sectors: every 32-byte sector of q_t that two blocks
-// share is written once, whole, by the worker that holds both parts (docs/perf-notes.md, session 28).
+// \brief The MoE segments cast with carried sectors: every 32-byte sector of q_t that two blocks share is
+// written once, whole, by the worker that holds both parts (docs/perf-notes.md, session 28). Unpadded, and
+// (kPadded, opt-in: WGRAD_SEGMENT_KERNEL=carry, not yet measured) padded: each segment's q_t columns from a
+// multiple of seg_pad, its padding's zeros stored by its last block.
 //
 // Why: a sector written in two parts by two workers costs the L2 more than a whole sector does. A kernel
 // that only moves the cast's bytes (scripts/experiments/pattern_copy_probe.cu, no arithmetic) ran at 50-69 %
@@ -268,7 +270,9 @@ __device__ __forceinline__ void carry_prefetch_first_boxes(const CUtensorMap* tm
                : "memory");
 }
 
-template <typename T, int kTileColumns, int kRowsPerThreadV>
+// kPadded: the padded cast (QuantizeParams::seg_pad > 0; the table's out_start are the padded q_t columns):
+// a segment's last block also stores the zeros of its padding, up to the next block's start.
+template <typename T, int kTileColumns, int kRowsPerThreadV, bool kPadded = false>
 __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kThreads,
                                   SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kCtasPerSm)
     quantize_fp8_1x128_segments_carry_kernel(const QuantizeParams p, const SegmentTableArgs seg_args,
@@ -554,8 +558,11 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       }
     }
     // q_t's columns [R, ldq) (< 16 of them) are zero: the last block stores them with its own bytes (zeros
-    // in place of the ring's bytes from R on).
-    const bool last_block = e == rows32;
+    // in place of the ring's bytes from R on). Padded: the columns between a segment's data and the next
+    // segment's start are zero too, stored by the segment's last block (end: the next block's start), and
+    // those after the last segment's data by the last block (end: ldq); the bytes from data_end on are the
+    // zeros (the C++ replay checks which bytes each tile stores as zeros against the layout).
+    const bool last_block = kPadded ? tile.b + 1 == used : e == rows32;
     // The next tile's loads in flight while this tile is stored. (Issued right after the maxima, with the
     // tile's x kept in shared memory for the quantization, they ran 13-20 points slower: 32 KB more shared
     // memory per CTA leaves the L1 too small for three CTAs' loads in flight.)
@@ -564,7 +571,24 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
 
     // 4. Store [S, E): whole sectors from the ring, the parts of sectors shared with another range in
     // aligned pieces.
-    const int32_t end = last_block ? ldq32 : e;  // (the last block has no next one: never carry_out)
+    int32_t end, data_end;
+    if constexpr (kPadded) {
+      end = last_block ? ldq32 : table[tile.b + 1].out_start;
+      data_end = ldq32;  // (no zeros)
+      if (end > e) {
+        data_end = e;
+      } else if (carried_in && !up) {
+        // Walking down, the bytes carried in are the head sector of the block after this one: with fewer
+        // rows than that sector holds, also some of its padding (zeros from its data's end).
+        const RowBlock nb = table[tile.b + 1];
+        const int32_t ne = nb.out_start + nb.row_count;
+        const int32_t nend = tile.b + 2 < used ? table[tile.b + 2].out_start : ldq32;
+        if (nend > ne) data_end = ne;
+      }
+    } else {
+      end = last_block ? ldq32 : e;  // (the last block has no next one: never carry_out)
+      data_end = rows32;
+    }
     const CarryStoreRange range = carry_store_range(up, carried_in, carry_out, a, e, end, done);
     const int32_t S = range.from, E = range.to;
     if (S < E) {
@@ -572,8 +596,9 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       const int32_t whole_from = sectors.whole_from, whole_to = sectors.whole_to;
       const int64_t row0 = int64_t{tile.c} * Cfg::kTileCols;
       if (whole_from < whole_to) {
-        // <= 8 chunks, up to 10 with a carried sector or the last block's zero columns: lane k of 8 takes
-        // chunks k and k + 8 of rows tid / 8 + kRowStep i (a warp: 4 rows x 128 contiguous bytes per store).
+        // <= 8 chunks, up to 10 with a carried sector or the last block's zero columns (padded: the last
+        // block's may be many more, the zeros after the last segment): lane k of 8 takes chunks k, k + 8, ...
+        // of rows tid / 8 + kRowStep i (a warp: 4 rows x 128 contiguous bytes per store).
         constexpr int kRowStep = Cfg::kThreads / 8;
         const int chunks = static_cast<int>((whole_to - whole_from) >> 4);
         const int tile_rows = static_cast<int>(cols - row0 < Cfg::kTileCols ? cols - row0 : Cfg::kTileCols);
@@ -590,15 +615,15 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
               if (row < tile_rows) {
                 uint4 v = *reinterpret_cast<const uint4*>(ring + carry_ring_word(row, pos));
                 if constexpr (decltype(zero_tag)::value) {
-                  if (pos + 16 > rows32) v = zero_from(v, rows32 - pos);
+                  if (pos + 16 > data_end) v = zero_from(v, data_end - pos);
                 }
                 *reinterpret_cast<uint4*>(dst) = v;
               }
             }
           }
         };
-        // Only the last block's tiles reach q_t's zero columns (bytes from R zeroed): a path of their own.
-        if (whole_to > rows32) store_chunks(std::true_type{}); else store_chunks(std::false_type{});
+        // Only the tiles that store zero columns reach data_end: a path of their own.
+        if (whole_to > data_end) store_chunks(std::true_type{}); else store_chunks(std::false_type{});
       }
       // The partial sectors: [S, S + head) and [tail_from, tail_from + tail), each inside one sector. Threads
       // [0, kTileCols) store row tid's head bytes, [kTileCols, 2 kTileCols) row tid - kTileCols's tail bytes
@@ -609,7 +634,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       const int len = tid >= 2 * Cfg::kTileCols ? 0 : tail_part ? sectors.tail : sectors.head;
       if (len > 0 && row0 + row < cols) {
         carry_store_part(p.q_t + (row0 + row) * ldq, reinterpret_cast<const uint8_t*>(ring), row,
-                         tail_part ? sectors.tail_from : S, len, rows32);
+                         tail_part ? sectors.tail_from : S, len, data_end);
       }
     }
     if (n < 2) WGRAD_CARRY_MARK(5 + n);

@@ -15,9 +15,13 @@
 #      DYN_CASES="4096x7168x8x1 8192x2112x8x1 8192x4096x8x1 8192x2112x8x16" DYN_ALL_TESTS=1 \
 #      DYN_TOKENS="WGRAD_CARRY_PREFETCH=0,WGRAD_CARRY_PREFETCH=1,WGRAD_CARRY_PREFETCH=2,WGRAD_CARRY_PREFETCH=box1,WGRAD_CARRY_PREFETCH=box2,WGRAD_CARRY_PREFETCH=box4" \
 #      ORDER_KINDS="segments,segments16" OUT=$OUT scripts/experiments/dynamic_check.sh
-#   2. the benchmark under the best one or two settings beside none: DYN_SETTINGS=off DYN_PYTEST_K=prefetch \
-#      DYN_TOKENS=WGRAD_CARRY_PREFETCH=0 ORDER_SHAPES="8192,2112" DYN_BENCH=1 \
-#      DYN_BENCH_ENVS="WGRAD_CARRY_PREFETCH=0 WGRAD_CARRY_PREFETCH=<best>" OUT=$OUT scripts/experiments/dynamic_check.sh
+#      (DYN_ALL_TESTS=1 also runs the padded carry form's GPU tests, tests/test_quant_padded.py.)
+#   2. the padded cast through the carry kernel (session 36) against the TMA kernel, and the benchmark under
+#      the best prefetch and under the carry kernel for every segments cast, beside none:
+#      DYN_SETTINGS=off DYN_PYTEST_K=prefetch ORDER_KINDS=segments_pad32 \
+#      DYN_TOKENS="WGRAD_SEGMENT_KERNEL=tma,WGRAD_SEGMENT_KERNEL=carry,WGRAD_SEGMENT_KERNEL=carry+WGRAD_CARRY_PREFETCH=<best>" \
+#      DYN_BENCH=1 DYN_BENCH_ENVS="WGRAD_CARRY_PREFETCH=0 WGRAD_CARRY_PREFETCH=<best> WGRAD_SEGMENT_KERNEL=carry" \
+#      OUT=$OUT scripts/experiments/dynamic_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-out}"; mkdir -p "$OUT"

@@ -21,18 +21,20 @@ namespace wgrad::quant {
 namespace {
 
 struct Block {
-  int64_t start;  // first row of x = first q_t column (unpadded)
+  int64_t start;  // first q_t column (unpadded: its first row of x)
   int64_t count;  // rows, 1 to 128
 };
 
-std::vector<Block> blocks_of(const std::vector<int64_t>& sizes) {
+// The blocks of the table (build_segment_table_warps): unpadded (pad 0), segment g's q_t columns start at its
+// first row; padded, at sum_{h<g} align_up(size_h, pad).
+std::vector<Block> blocks_of(const std::vector<int64_t>& sizes, int64_t pad = 0) {
   std::vector<Block> blocks;
   int64_t start = 0;
   for (int64_t size : sizes) {
     for (int64_t r = 0; r < size; r += kCarryBlockRows) {
       blocks.push_back({start + r, size - r < kCarryBlockRows ? size - r : kCarryBlockRows});
     }
-    start += size;
+    start += pad > 0 ? align_up(size, pad) : size;
   }
   return blocks;
 }
@@ -97,13 +99,16 @@ void dynamic_walks(int64_t tiles, int64_t ctas, const DynamicTail& d, std::vecto
 }
 
 // Replays the kernel's walk (quantize_fp8_1x128_segments_carry_kernel, step 4) for `ctas` CTAs: each CTA's
-// range of carry_range, or with `dynamic` the ranges of dynamic_walks. (void: gtest's ASSERT_* return from it.)
+// range of carry_range, or with `dynamic` the ranges of dynamic_walks; `pad` > 0: the padded cast (kPadded:
+// K = (R + G (pad - 1)) / pad pad q_t columns, the padding and the columns after the last segment zero).
+// (void: gtest's ASSERT_* return from it.)
 void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, Stats* out = nullptr,
-            const DynamicTail* dynamic = nullptr) {
-  const std::vector<Block> blocks = blocks_of(sizes);
+            const DynamicTail* dynamic = nullptr, int64_t pad = 0) {
+  const std::vector<Block> blocks = blocks_of(sizes, pad);
   int64_t rows = 0;
   for (int64_t s : sizes) rows += s;
-  const int64_t pitch = align_up(rows, 16);
+  const auto groups = static_cast<int64_t>(sizes.size());
+  const int64_t pitch = align_up(pad > 0 ? (rows + groups * (pad - 1)) / pad * pad : rows, 16);
   const auto used = static_cast<int32_t>(blocks.size());
   Stats stats;
   if (used == 0) return;
@@ -112,6 +117,10 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
   std::vector<std::vector<std::set<int64_t>>> writers(col_tiles,
                                                       std::vector<std::set<int64_t>>(ceil_div(pitch, kCarrySector)));
   std::vector<std::vector<bool>> partial(col_tiles, std::vector<bool>(ceil_div(pitch, kCarrySector), false));
+  std::vector<bool> is_data(pitch, false);  // q_t columns that hold a row of x (the rest are zeros)
+  for (const Block& b : blocks) {
+    for (int64_t i = 0; i < b.count; ++i) is_data[b.start + i] = true;
+  }
 
   std::vector<CarryRange> walks;
   std::vector<int64_t> owners;  // the CTA of each walk
@@ -151,14 +160,38 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
         run_begin = a;
         run_end = e;
       }
-      const bool last_block = e == rows;
-      const CarryStoreRange range = carry_store_range(walk.up, carried_in, carry_out, a, e, last_block ? pitch : e, done);
+      // The kernel's end and data_end: unpadded, the last block also stores [R, pitch) (zeros); padded, a
+      // block stores up to the next block's start (a segment's last block: its padding, zeros) and the last
+      // one up to the pitch.
+      const bool last_block = tile.b + 1 == used;
+      if (pad == 0) ASSERT_EQ(last_block, e == rows) << "the kernel's unpadded test of the last block";
+      auto end_of = [&](int32_t b) { return b + 1 == used ? pitch : pad > 0 ? blocks[b + 1].start : blocks[b].start + blocks[b].count; };
+      const int64_t end = end_of(tile.b);
+      if (pad == 0) ASSERT_TRUE(last_block || end == e);
+      // The first zero byte of what the tile stores (the kernel's data_end): its own padding, or walking down
+      // with bytes carried in, those of the block after it (a short block's padding may lie in the sector it
+      // leaves to this one).
+      int64_t data_end = rows;
+      if (pad > 0) {
+        data_end = pitch;
+        if (end > e) {
+          data_end = e;
+        } else if (carried_in && !walk.up) {
+          const Block& nb = blocks[tile.b + 1];
+          if (end_of(tile.b + 1) > nb.start + nb.count) data_end = nb.start + nb.count;
+        }
+      }
+      const CarryStoreRange range = carry_store_range(walk.up, carried_in, carry_out, a, e, end, done);
       if (range.from >= range.to) continue;
       ASSERT_GE(range.from, 0);
       ASSERT_LE(range.to, pitch);
-      // Every byte stored (but q_t's zero columns from R on) comes from the ring: produced by this run, and
-      // no further back from the run's newest byte than the ring holds.
-      for (int64_t pos = range.from; pos < range.to && pos < rows; ++pos) {
+      // Every byte stored but the zeros (from data_end on) comes from the ring: produced by this run, and no
+      // further back from the run's newest byte than the ring holds.
+      for (int64_t pos = range.from; pos < range.to; ++pos) {  // data from the ring, zeros from data_end on
+        ASSERT_EQ(is_data[pos], pos < data_end) << "cta " << cta << " tile " << idx << ": byte " << pos
+                                                << (is_data[pos] ? " of a block stored as 0" : " of padding from the ring");
+      }
+      for (int64_t pos = range.from; pos < range.to && pos < data_end; ++pos) {
         ASSERT_GE(pos, run_begin) << "cta " << cta << " tile " << idx << ": byte " << pos << " not produced by the run";
         ASSERT_LT(pos, run_end) << "cta " << cta << " tile " << idx << ": byte " << pos << " not produced yet";
         ASSERT_LE(walk.up ? e - pos : pos - a + 1, kCarryRingBytes) << "byte " << pos << " left the ring";
@@ -173,7 +206,9 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
       if (s.whole_from < s.whole_to) {
         ASSERT_EQ(s.whole_from % kCarrySector, 0);
         ASSERT_EQ(s.whole_to % kCarrySector, 0);
-        ASSERT_LE(s.whole_to - s.whole_from, 160) << "more chunks than a thread's lanes take (kernel: k and k + 8)";
+        if (!(pad > 0 && last_block)) {  // (padded: the last block's zeros after the last segment are more)
+          ASSERT_LE(s.whole_to - s.whole_from, 160) << "more chunks than a thread's lanes take (kernel: k and k + 8)";
+        }
         stats.whole_sectors += (s.whole_to - s.whole_from) / kCarrySector;
       }
       for (int32_t i = 0; i < s.head; ++i) store(range.from + i, false);
@@ -190,6 +225,9 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
       if (!partial[c][sector]) continue;
       ++stats.partial_sectors;
       const bool row_end = (sector + 1) * kCarrySector > pitch;
+      // (Padded to 16: a segment's padding may end inside a sector whose rest is the next segment's, and
+      // the walk does not carry across the gap, so one range may store both parts.)
+      if (pad % kCarrySector != 0) continue;
       EXPECT_TRUE(writers[c][sector].size() >= 2 || row_end)
           << "column tile " << c << ": sector " << sector << " stored in parts by one range";
     }
@@ -342,6 +380,43 @@ TEST(SegmentsCarryPlan, SectorAlignedSplitsStoreNoParts) {
     Stats stats;
     replay({256, 32, 0, 96, 1024, 64, 3008}, 4, ctas, &stats);
     EXPECT_EQ(stats.partial_sectors, 0) << ctas << " CTAs";
+  }
+}
+
+TEST(SegmentsCarryPlan, PaddedSplitsStoreEveryByteOnce) {
+  // The padded cast (kPadded): every q_t byte stored once, the padding after each segment and the columns
+  // after the last one by the segment's last block (the last used block), on random splits with tiny,
+  // one-row and empty segments (empty ones at the end too), static ranges and the dynamic tail. With pad a
+  // multiple of 32 every block starts on a sector: no part at all but the pitch's last sector; pad 16 parts
+  // where a segment's padding ends inside a sector.
+  uint32_t seed = 11;
+  for (int64_t pad : {16, 32, 64, 128}) {
+    for (int64_t rows : {1, 31, 700, 6000}) {
+      for (int groups : {1, 5, 32}) {
+        for (int64_t ctas : {1, 3, 396}) {
+          SCOPED_TRACE("pad " + std::to_string(pad) + ", rows " + std::to_string(rows) + ", groups " +
+                       std::to_string(groups) + ", ctas " + std::to_string(ctas) + ", seed " + std::to_string(seed));
+          std::vector<int64_t> sizes = random_split(rows, groups, seed++);
+          if (groups == 5) sizes.push_back(0);  // (an empty last segment: the last used block is not the last one's)
+          Stats stats;
+          replay(sizes, 3, ctas, &stats, nullptr, pad);
+          if (testing::Test::HasFatalFailure()) return;
+          if (pad % kCarrySector == 0) EXPECT_LE(stats.partial_sectors, 3) << "one per column tile: the pitch's end";
+          const DynamicTail dd{0, 1, seed};
+          replay(sizes, 3, ctas, nullptr, &dd, pad);
+          if (testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+  for (int64_t pad : {16, 32}) {  // the benchmark's padded cast, on an H200 grid
+    for (int64_t rows : {4096, 8192}) {
+      SCOPED_TRACE("pad " + std::to_string(pad) + ", rows " + std::to_string(rows));
+      Stats stats;
+      replay(bench_split(rows), 17, 396, &stats, nullptr, pad);
+      EXPECT_GT(stats.whole_sectors, 0);
+      if (pad == 32) EXPECT_LE(stats.partial_sectors, 17);
+    }
   }
 }
 
