@@ -100,6 +100,19 @@ constexpr CUtensorMapDataType tma_dtype() {
   else return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }
 
+// A TMA descriptor of x [rows, cols] (rows `pitch` elements apart, 16-byte aligned) with boxes of box_cols x
+// box_rows elements, no swizzle, into *map; a failure is an error that starts with `what`.
+template <typename T>
+void encode_x_descriptor(CUtensorMap* map, const void* x, int64_t rows, int64_t cols, int64_t pitch, int box_cols,
+                         int box_rows, const char* what) {
+  const uint64_t dims[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(pitch) * sizeof(T)};
+  const uint32_t box[2] = {static_cast<uint32_t>(box_cols), static_cast<uint32_t>(box_rows)};
+  const std::string err =
+      encode_tma_descriptor(map, tma_dtype<T>(), 2, x, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+  TORCH_CHECK(err.empty(), what, ": TMA descriptor of x: ", err);
+}
+
 // Most CTAs per SM of the row-wise grid. Default: no limit, one pass of every slot per CTA (the CTA
 // scheduler hands out the rest as CTAs finish, which evens out the last wave); measured 1-5 % faster
 // than a persistent grid of 4 CTAs per SM on the small seed shapes (docs/perf-notes.md). The tuning
@@ -229,18 +242,17 @@ std::optional<quant::CarryDynamic> carry_dynamic_knob(unsigned ctas) {
 // the walk every CTA most likely takes, guessed from R, C and the count of segments, N in 0-4, asked a row at a
 // time ("N") or a TMA box per tile ("boxN"). Knob WGRAD_CARRY_PREFETCH, read at every call; default 0 (none)
 // until measured (docs/perf-notes.md, sessions 35-36).
-struct CarryPrefetchKnob {
-  int32_t tiles = 0;
-  bool boxes = false;
-};
-CarryPrefetchKnob carry_prefetch_knob() {
+// Returns the tiles and the form; the caller encodes the descriptor of x where boxes are asked for.
+quant::CarryPrefetch carry_prefetch_knob() {
+  quant::CarryPrefetch pf{};
   const char* v = std::getenv("WGRAD_CARRY_PREFETCH");
-  if (v == nullptr) return {};
-  const bool boxes = std::strncmp(v, "box", 3) == 0;
+  if (v == nullptr) return pf;
+  pf.boxes = std::strncmp(v, "box", 3) == 0;
   long n = -1;
-  TORCH_CHECK(parse_knob_int(boxes ? v + 3 : v, &n) && n >= (boxes ? 1 : 0) && n <= 4,
+  TORCH_CHECK(parse_knob_int(pf.boxes ? v + 3 : v, &n) && n >= (pf.boxes ? 1 : 0) && n <= 4,
               "WGRAD_CARRY_PREFETCH must be a tile count 0 to 4 or box1 to box4, got '", v, "'");
-  return {static_cast<int32_t>(n), boxes};
+  pf.tiles = static_cast<int32_t>(n);
+  return pf;
 }
 
 // The dynamic tail's counter for a launch on `stream`: 0 when the launch starts, and every launch leaves it
@@ -383,18 +395,14 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
     params.diag = static_cast<int>(diag);
   }
 #endif
-  uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
-  uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
+  int64_t x_rows = p.rows, x_pitch = p.cols;
 #ifdef WGRAD_DIAG_VARIANTS
   if (params.diag & wgrad::quant::kQuantDiagPaddedPitch) {  // timing only: rows of C + 64 elements, as many as fit in x
-    strides[0] = static_cast<uint64_t>(p.cols + 64) * sizeof(T);
-    dims[1] = static_cast<uint64_t>(p.rows) * p.cols / (p.cols + 64);
+    x_pitch = p.cols + 64;
+    x_rows = p.rows * p.cols / (p.cols + 64);
   }
 #endif
-  const uint32_t box[2] = {static_cast<uint32_t>(Cfg::kTileCols), static_cast<uint32_t>(Cfg::kBoxRows)};
-  const std::string err = encode_tma_descriptor(&params.tma_x, tma_dtype<T>(), 2, p.x, dims, strides, box,
-                                                CU_TENSOR_MAP_SWIZZLE_NONE);
-  TORCH_CHECK(err.empty(), op, ": TMA descriptor of x: ", err);
+  encode_x_descriptor<T>(&params.tma_x, p.x, x_rows, p.cols, x_pitch, Cfg::kTileCols, Cfg::kBoxRows, op);
 
   // The kernel and its shared storage (the row-major segments kernel's is smaller: no handoff barriers).
   auto kernel = &quant::quantize_fp8_1x128_colwise_sm90_kernel<T, kMode, kTiles>;
@@ -452,17 +460,10 @@ void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const q
   const unsigned grid = static_cast<unsigned>(num_sms * Cfg::kCtasPerSm);
   // (Both knobs read, and x's box encoded, before anything is queued: a bad value leaves no memset node in a
   // graph being captured.)
-  const CarryPrefetchKnob prefetch = carry_prefetch_knob();
-  quant::CarryPrefetch pf{};
-  pf.tiles = prefetch.tiles;
-  pf.boxes = prefetch.boxes;
+  quant::CarryPrefetch pf = carry_prefetch_knob();
   if (pf.boxes) {
-    const uint64_t dims[2] = {static_cast<uint64_t>(p.cols), static_cast<uint64_t>(p.rows)};
-    const uint64_t strides[1] = {static_cast<uint64_t>(p.cols) * sizeof(T)};
-    const uint32_t box[2] = {static_cast<uint32_t>(kTileCols), static_cast<uint32_t>(quant::kCarryBlockRows)};
-    const std::string err = encode_tma_descriptor(&pf.tma_x, tma_dtype<T>(), 2, p.x, dims, strides, box,
-                                                  CU_TENSOR_MAP_SWIZZLE_NONE);
-    TORCH_CHECK(err.empty(), "WGRAD_CARRY_PREFETCH=box", pf.tiles, ": TMA descriptor of x: ", err);
+    encode_x_descriptor<T>(&pf.tma_x, p.x, p.rows, p.cols, p.cols, kTileCols, quant::kCarryBlockRows,
+                           "WGRAD_CARRY_PREFETCH");
   }
   const std::optional<quant::CarryDynamic> tail = carry_dynamic_knob(grid);
   quant::CarryDynamic dyn;
