@@ -448,6 +448,9 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
 template <typename T, int kTileCols, int kRowsPerThread, bool kPadded = false>
 void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const quant::SegmentTableArgs& segments,
                            int num_sms, cudaStream_t stream) {
+  // (launch's vector path: the kernel's 16-byte loads and the prefetches' rows and boxes need aligned rows.)
+  TORCH_INTERNAL_ASSERT(p.cols % kVecElems == 0 && reinterpret_cast<uintptr_t>(p.x) % kTmaAlignBytes == 0 &&
+                        p.rows > 0);
   using Cfg = quant::SegmentsCarryConfig<kTileCols, kRowsPerThread>;
   auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T, kTileCols, kRowsPerThread, kPadded>;
   const int smem_bytes = Cfg::smem_bytes(segments.num_row_blocks);

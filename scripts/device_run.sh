@@ -64,7 +64,7 @@ build_release "$JOBS" "$OUT/build.log" || { echo BUILD FAILED; grep -E "error" "
 wait
 echo "build $(( $(date +%s) - t0 )) s"
 if [ "$TESTS" = 1 ]; then
-  t0=$(date +%s); python3 -m pytest tests -q -x -k "${PYTEST_K:-gpu or cuda}" > "$OUT/pytest.log" 2>&1
+  t0=$(date +%s); python3 -m pytest tests -q --maxfail=10 -k "${PYTEST_K:-gpu or cuda}" > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 $OUT/pytest.log)"
   grep -E "FAILED|Error|error" "$OUT/pytest.log" | head -20
 fi

@@ -43,7 +43,7 @@ if [ -x build/cpp/wgrad_cpp_tests ] || cmake -S . -B build/cpp -DCMAKE_BUILD_TYP
 fi
 
 t0=$(date +%s)
-python3 -m pytest tests -q -rs -x --durations=15 $PYTEST_ARGS > "$OUT/pytest.log" 2>&1
+python3 -m pytest tests -q -rs --maxfail=10 --durations=15 $PYTEST_ARGS > "$OUT/pytest.log" 2>&1
 rc=$?
 note "pytest rc=$rc ($(( $(date +%s) - t0 )) s): $(tail -1 "$OUT/pytest.log")"
 

@@ -438,11 +438,16 @@ GPU_SHAPES = [(r, c) for r in GPU_SIZES for c in GPU_SIZES] + [(256, 384), (4096
 
 def _poison_next_q_t(x):
     # q_t comes from the caching allocator: hand it a block full of 0xA5 bytes (a valid e4m3 value the
-    # tests' data never quantizes to in bulk), so that a byte the kernel fails to write shows up.
+    # tests' data never quantizes to in bulk), so that a byte the kernel fails to write shows up. The
+    # column-wise and segments casts allocate q_t first, of exactly these bytes, so it takes this block
+    # (test_gpu_poison_reaches_q_t); the fused cast allocates q first, which takes it instead. Returns the
+    # block's address.
     rows, cols = x.shape
     torch.cuda.empty_cache()
     poison = torch.full((cols * ((max(rows, 1) + 15) // 16 * 16),), 0xA5, dtype=torch.uint8, device="cuda")
+    ptr = poison.data_ptr()
     del poison
+    return ptr
 
 
 def _check_gpu_op(op, x_cpu, ue8m0, sizes=None, x_gpu=None):
@@ -705,12 +710,13 @@ def test_gpu_segments_carry_prefetch(prefetch, tile, monkeypatch):
     # its table is built (carry_prefetch_guess), a row at a time (a TMA box per tile through a descriptor of x).
     # The prefetched rows must lie inside x at every shape (an address past x's allocation may fault; a box is
     # clipped by the TMA unit): R and C not multiples of the tile, a partial last column tile, one row, more
-    # CTAs than tiles, the benchmark's split at 8192 x 2112; the result is the cast's, bit for bit.
+    # CTAs than tiles, the benchmark's split at 8192 x 2112; the result is the cast's, bit for bit. C = 2111
+    # (C % 8 != 0) takes the generic kernel, which reads neither knob (no error, no descriptor of x).
     monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
     monkeypatch.setenv("WGRAD_CARRY_TILE", tile)
     monkeypatch.setenv("WGRAD_CARRY_PREFETCH", prefetch)
     for x, sizes in _carry_casts(((6000, 1000, 9, 103), (700, 1032, 32, 107), (3001, 2048, 5, 109),
-                                  (1, 264, 2, 113), (8192, 2112, 8, 0))):
+                                  (1, 264, 2, 113), (8192, 2112, 8, 0), (300, 2111, 3, 127))):
         _check_gpu_op("segments", x, False, sizes)
 
 
@@ -1101,3 +1107,19 @@ def test_gpu_repeated_calls_on_a_large_input(op, align):
         if i % 50 == 49:
             for got, exp in zip(outs, first):
                 _assert_bits_equal(got, exp, f"{op} call {i + 1}")
+
+
+@sm90
+@pytest.mark.parametrize("op", ["colwise", "segments"])
+def test_gpu_poison_reaches_q_t(op, monkeypatch):
+    # The premise of _check_gpu_op's poison: q_t lands in the poisoned block (else a byte the kernel does not
+    # write could read as the zero it should be), for outputs of the small pool (< 1 MB) and the large one,
+    # through both segments kernels.
+    for kernel in ("tma", "carry") if op == "segments" else ("auto",):
+        monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", kernel)
+        for rows, cols, groups, seed in ((300, 1000, 3, 131), (4097, 1000, 5, 137), (8192, 2112, 8, 0)):
+            x, sizes = next(_carry_casts(((rows, cols, groups, seed),)))
+            x_gpu, sizes_gpu = x.cuda(), (sizes.cuda() if op == "segments" else None)
+            poisoned = _poison_next_q_t(x_gpu)
+            q_t = _call(op, x_gpu, False, sizes_gpu)[0]
+            assert q_t.untyped_storage().data_ptr() == poisoned, f"{kernel}, {rows} x {cols}"

@@ -557,12 +557,6 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
         }
       }
     }
-    // q_t's columns [R, ldq) (< 16 of them) are zero: the last block stores them with its own bytes (zeros
-    // in place of the ring's bytes from R on). Padded: the columns between a segment's data and the next
-    // segment's start are zero too, stored by the segment's last block (end: the next block's start), and
-    // those after the last segment's data by the last block (end: ldq); the bytes from data_end on are the
-    // zeros (the C++ replay checks which bytes each tile stores as zeros against the layout).
-    const bool last_block = kPadded ? tile.b + 1 == used : e == rows32;
     // The next tile's loads in flight while this tile is stored. (Issued right after the maxima, with the
     // tile's x kept in shared memory for the quantization, they ran 13-20 points slower: 32 KB more shared
     // memory per CTA leaves the L1 too small for three CTAs' loads in flight.)
@@ -571,24 +565,14 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
 
     // 4. Store [S, E): whole sectors from the ring, the parts of sectors shared with another range in
     // aligned pieces.
-    int32_t end, data_end;
-    if constexpr (kPadded) {
-      end = last_block ? ldq32 : table[tile.b + 1].out_start;
-      data_end = ldq32;  // (no zeros)
-      if (end > e) {
-        data_end = e;
-      } else if (carried_in && !up) {
-        // Walking down, the bytes carried in are the head sector of the block after this one: with fewer
-        // rows than that sector holds, also some of its padding (zeros from its data's end).
-        const RowBlock nb = table[tile.b + 1];
-        const int32_t ne = nb.out_start + nb.row_count;
-        const int32_t nend = tile.b + 2 < used ? table[tile.b + 2].out_start : ldq32;
-        if (nend > ne) data_end = ne;
-      }
-    } else {
-      end = last_block ? ldq32 : e;  // (the last block has no next one: never carry_out)
-      data_end = rows32;
-    }
+    // q_t's columns [R, ldq) (< 16 of them) are zero: the last block stores them with its own bytes (zeros
+    // in place of the ring's bytes from data_end on). Padded: also a segment's padding, stored by its last
+    // block, and the columns after the last segment, by the last block (carry_store_bounds; the C++ replay
+    // checks with it which bytes each tile stores as zeros against the layout).
+    const CarryStoreBounds<int32_t> bounds = carry_store_bounds<kPadded, int32_t>(
+        tile.b, used, e, rows32, ldq32, up, carried_in, [&](int32_t j) { return table[j].out_start; },
+        [&](int32_t j) { return table[j].out_start + table[j].row_count; });
+    const int32_t end = bounds.end, data_end = bounds.data_end;
     const CarryStoreRange range = carry_store_range(up, carried_in, carry_out, a, e, end, done);
     const int32_t S = range.from, E = range.to;
     if (S < E) {

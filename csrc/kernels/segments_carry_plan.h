@@ -168,6 +168,41 @@ WGRAD_HOST_DEVICE inline CarryStoreRange<I> carry_store_range(bool up, bool carr
   return r;
 }
 
+// How far a tile of block b (q_t bytes [a, e)) stores (`end`, carry_store_range's) and the first byte of that
+// it stores as a zero (`data_end`). Unpadded: the last block (e == R) also stores the zero columns [R, pitch).
+// Padded (kPadded): a block stores up to the next block's start (a segment's last block: its padding) and the
+// last one up to the pitch (the columns after the last segment); the zeros start at its data's end, or,
+// walking down with bytes carried in (the head sector of block b + 1, which holds fewer rows than that sector
+// when it is short), at block b + 1's data's end when padding follows it. start_of(j) / data_end_of(j): block
+// j's first q_t column / one past its last row's. (One definition for the kernel and the C++ replay.)
+template <typename I = int64_t>
+struct CarryStoreBounds {
+  I end;
+  I data_end;
+};
+template <bool kPadded, typename I, typename StartOf, typename DataEndOf>
+WGRAD_HOST_DEVICE inline CarryStoreBounds<I> carry_store_bounds(int32_t b, int32_t used, I e,
+                                                                std::type_identity_t<I> rows,
+                                                                std::type_identity_t<I> pitch, bool up,
+                                                                bool carried_in, StartOf start_of,
+                                                                DataEndOf data_end_of) {
+  CarryStoreBounds<I> s;
+  if constexpr (kPadded) {
+    s.end = b + 1 == used ? pitch : start_of(b + 1);
+    s.data_end = pitch;  // (no zeros)
+    if (s.end > e) {
+      s.data_end = e;
+    } else if (carried_in && !up) {
+      const I next_data_end = data_end_of(b + 1);
+      if ((b + 2 < used ? start_of(b + 2) : pitch) > next_data_end) s.data_end = next_data_end;
+    }
+  } else {
+    s.end = e == rows ? pitch : e;  // (the last block has no next one: never carry_out)
+    s.data_end = rows;
+  }
+  return s;
+}
+
 // [from, to) as whole sectors [whole_from, whole_to) (none when whole_from >= whole_to) and the bytes of
 // the sectors it covers only in part: head bytes from `from`, tail bytes from tail_from.
 template <typename I = int64_t>

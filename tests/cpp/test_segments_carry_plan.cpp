@@ -160,26 +160,22 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
         run_begin = a;
         run_end = e;
       }
-      // The kernel's end and data_end: unpadded, the last block also stores [R, pitch) (zeros); padded, a
-      // block stores up to the next block's start (a segment's last block: its padding, zeros) and the last
-      // one up to the pitch.
-      const bool last_block = tile.b + 1 == used;
-      if (pad == 0) ASSERT_EQ(last_block, e == rows) << "the kernel's unpadded test of the last block";
-      auto end_of = [&](int32_t b) { return b + 1 == used ? pitch : pad > 0 ? blocks[b + 1].start : blocks[b].start + blocks[b].count; };
-      const int64_t end = end_of(tile.b);
-      if (pad == 0) ASSERT_TRUE(last_block || end == e);
-      // The first zero byte of what the tile stores (the kernel's data_end): its own padding, or walking down
-      // with bytes carried in, those of the block after it (a short block's padding may lie in the sector it
-      // leaves to this one).
-      int64_t data_end = rows;
-      if (pad > 0) {
-        data_end = pitch;
-        if (end > e) {
-          data_end = e;
-        } else if (carried_in && !walk.up) {
-          const Block& nb = blocks[tile.b + 1];
-          if (end_of(tile.b + 1) > nb.start + nb.count) data_end = nb.start + nb.count;
-        }
+      // The kernel's end and data_end (carry_store_bounds: unpadded, the last block also stores [R, pitch),
+      // zeros; padded, a block stores up to the next block's start, a segment's last block its padding, and
+      // the last one up to the pitch).
+      if (pad == 0) {
+        ASSERT_EQ(tile.b + 1 == used, e == rows) << "the kernel's unpadded test of the last block";
+      }
+      auto start_of = [&](int32_t j) { return blocks[j].start; };
+      auto data_end_of = [&](int32_t j) { return blocks[j].start + blocks[j].count; };
+      const CarryStoreBounds<int64_t> bounds =
+          pad > 0 ? carry_store_bounds<true, int64_t>(tile.b, used, e, rows, pitch, walk.up, carried_in, start_of,
+                                                      data_end_of)
+                  : carry_store_bounds<false, int64_t>(tile.b, used, e, rows, pitch, walk.up, carried_in, start_of,
+                                                       data_end_of);
+      const int64_t end = bounds.end, data_end = bounds.data_end;
+      if (pad == 0) {
+        ASSERT_TRUE(tile.b + 1 == used || end == e);
       }
       const CarryStoreRange range = carry_store_range(walk.up, carried_in, carry_out, a, e, end, done);
       if (range.from >= range.to) continue;
@@ -206,7 +202,7 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
       if (s.whole_from < s.whole_to) {
         ASSERT_EQ(s.whole_from % kCarrySector, 0);
         ASSERT_EQ(s.whole_to % kCarrySector, 0);
-        if (!(pad > 0 && last_block)) {  // (padded: the last block's zeros after the last segment are more)
+        if (!(pad > 0 && tile.b + 1 == used)) {  // (padded: the last block's zeros after the last segment are more)
           ASSERT_LE(s.whole_to - s.whole_from, 160) << "more chunks than a thread's lanes take (kernel: k and k + 8)";
         }
         stats.whole_sectors += (s.whole_to - s.whole_from) / kCarrySector;
@@ -386,9 +382,9 @@ TEST(SegmentsCarryPlan, SectorAlignedSplitsStoreNoParts) {
 TEST(SegmentsCarryPlan, PaddedSplitsStoreEveryByteOnce) {
   // The padded cast (kPadded): every q_t byte stored once, the padding after each segment and the columns
   // after the last one by the segment's last block (the last used block), on random splits with tiny,
-  // one-row and empty segments (empty ones at the end too), static ranges and the dynamic tail. With pad a
-  // multiple of 32 every block starts on a sector: no part at all but the pitch's last sector; pad 16 parts
-  // where a segment's padding ends inside a sector.
+  // one-row and empty segments (empty ones at the end too), static ranges and the dynamic tail (single tiles
+  // and runs of three from the counter). With pad a multiple of 32 every block starts on a sector: no part at
+  // all but the pitch's last sector; pad 16 parts where a segment's padding ends inside a sector.
   uint32_t seed = 11;
   for (int64_t pad : {16, 32, 64, 128}) {
     for (int64_t rows : {1, 31, 700, 6000}) {
@@ -401,10 +397,13 @@ TEST(SegmentsCarryPlan, PaddedSplitsStoreEveryByteOnce) {
           Stats stats;
           replay(sizes, 3, ctas, &stats, nullptr, pad);
           if (testing::Test::HasFatalFailure()) return;
-          if (pad % kCarrySector == 0) EXPECT_LE(stats.partial_sectors, 3) << "one per column tile: the pitch's end";
-          const DynamicTail dd{0, 1, seed};
-          replay(sizes, 3, ctas, nullptr, &dd, pad);
-          if (testing::Test::HasFatalFailure()) return;
+          if (pad % kCarrySector == 0) {
+            EXPECT_LE(stats.partial_sectors, 3) << "one per column tile: the pitch's end";
+          }
+          for (const DynamicTail& dd : {DynamicTail{0, 1, seed}, DynamicTail{1, 3, seed}}) {  // (runs walk both ways)
+            replay(sizes, 3, ctas, nullptr, &dd, pad);
+            if (testing::Test::HasFatalFailure()) return;
+          }
         }
       }
     }
@@ -415,7 +414,9 @@ TEST(SegmentsCarryPlan, PaddedSplitsStoreEveryByteOnce) {
       Stats stats;
       replay(bench_split(rows), 17, 396, &stats, nullptr, pad);
       EXPECT_GT(stats.whole_sectors, 0);
-      if (pad == 32) EXPECT_LE(stats.partial_sectors, 17);
+      if (pad == 32) {
+        EXPECT_LE(stats.partial_sectors, 17);
+      }
     }
   }
 }
