@@ -1,0 +1,50 @@
+"""The README's quantize-then-GEMM block (Usage), run as written on the CPU: the casts and the GEMMs wired the
+way the README says compute the weight gradients (dense and per expert) within FP8's error of the float64
+product of the bf16 inputs, and leave an empty expert's gradient untouched."""
+
+import pathlib
+import re
+
+import torch
+
+import wgrad
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_block(marker):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    found = [b for b in blocks if marker in b]
+    assert len(found) == 1, f"one python block of the README holds {marker!r}, found {len(found)}"
+    return found[0]
+
+
+def _rel_err(got, exp):
+    return float((got.double() - exp).norm() / exp.norm())
+
+
+def test_readme_quantize_then_gemm_block():
+    code = _readme_block("quantize_fp8_1x128_colwise(dy)")
+    g = torch.Generator().manual_seed(5)
+    t, n_out, n_in = 1024, 256, 384
+    dy = torch.randn(t, n_out, generator=g).to(torch.bfloat16)
+    x = torch.randn(t, n_in, generator=g).to(torch.bfloat16)
+    main_grad0 = torch.randn(n_out, n_in, generator=g)
+    counts = [300, 0, 17, 707]
+    out0 = torch.randn(len(counts), n_out, n_in, generator=g)
+    env = {"torch": torch, "wgrad": wgrad, "x": x, "dy": dy, "main_grad": main_grad0.clone(),
+           "sizes": torch.tensor(counts, dtype=torch.int32), "out": out0.clone()}
+    exec(compile(code, str(README), "exec"), env)
+
+    assert _rel_err(env["main_grad"] - main_grad0, dy.double().T @ x.double()) < 0.06
+    start = 0
+    for e, count in enumerate(counts):
+        grad = env["out"][e] - out0[e]
+        if count == 0:
+            assert torch.equal(env["out"][e], out0[e]), "an empty expert's gradient is left as it was"
+        else:
+            rows = slice(start, start + count)
+            assert _rel_err(grad, dy[rows].double().T @ x[rows].double()) < 0.06, f"expert {e}"
+        start += count
+    # The padded sizes: each a multiple of 32, the last the rest of K = floor((T + G 31) / 32) 32 = 1120.
+    assert env["k"].tolist() == [320, 0, 32, 768]
