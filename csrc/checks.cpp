@@ -97,7 +97,9 @@ void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa,
   TORCH_CHECK(out.dim() == 2, op, ": out must be 2-D [M, N], got ", out.dim(), "-D ", out.sizes());
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
   TORCH_CHECK(b.size(1) == k, op, ": b must have K = ", k, " columns like a, got ", b.size(1));
-  TORCH_CHECK(k % 16 == 0, op, ": K must be a multiple of 16 (16-byte TMA rows), got ", k);
+  TORCH_CHECK(k % 16 == 0, op,
+              ": K must be a multiple of 16 (16-byte TMA rows; k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous "
+              "takes any K as one group), got ", k);
   for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}}) {
     check_same_device(op, out, name, *t);
   }

@@ -124,7 +124,7 @@ DENSE_CASES = [
     Case("out_3d", lambda d, g: dict(out=g["out"][None]), r"out must be 2-D \[M, N\], got 3-D"),
     Case("k_mismatch", lambda d, g: dict(b=fp8(N, 128, d)), r"b must have K = 144 columns like a, got 128"),
     Case("k_not_multiple_of_16", lambda d, g: dict(a=fp8(M, 136, d), b=fp8(N, 136, d)),
-         r"K must be a multiple of 16.*got 136"),
+         r"K must be a multiple of 16.*contiguous takes any K as one group\), got 136"),
     Case("sa_too_few_blocks", lambda d, g: dict(sa=scales(M, 1, d)), r"sa must have shape \[33, 2\].*got"),
     Case("sa_too_many_blocks", lambda d, g: dict(sa=scales(M, 3, d)), r"sa must have shape \[33, 2\].*got"),
     Case("sa_rows_not_m", lambda d, g: dict(sa=scales(M + 1, 2, d)), r"sa must have shape \[33, 2\].*got"),

@@ -118,7 +118,8 @@ def _dense_fake(a, sa, b, sb, out):
     if b.shape[1] != k:
         _fail(op, f"b must have K = {k} columns like a, got {b.shape[1]}")
     if k % 16 != 0:
-        _fail(op, f"K must be a multiple of 16, got {k}")
+        _fail(op, f"K must be a multiple of 16 (16-byte TMA rows; k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous "
+                  f"takes any K as one group), got {k}")
     _check_devices(op, out, a=a, sa=sa, b=b, sb=sb)
     _check_fp8_operand(op, "a", a, m, k)
     _check_fp8_operand(op, "b", b, n, k)
