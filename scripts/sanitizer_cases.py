@@ -1,6 +1,7 @@
 """A few small GEMM calls for compute-sanitizer (memcheck, racecheck): partial tiles, a strided out,
 K not a multiple of 128, and both k-grouped layouts with an empty and an unaligned group; the quantization
-kernels on awkward shapes. With the argument `quant`, the quantization calls only (for racecheck)."""
+kernels on awkward shapes. With the argument `quant`, the quantization calls only (for racecheck); with
+`carry`, the carry kernel's only (carry_cases)."""
 
 import os
 import sys
@@ -22,11 +23,13 @@ def scales(mn, kb, dev):
     return s
 
 
-def main(gemms=True):
+def main(which):
     dev = "cuda"
-    if gemms:
+    if which == "all":
         gemm_cases(dev)
-    quant_cases(dev)
+    if which in ("all", "quant"):
+        quant_cases(dev)
+    carry_cases(dev)
     torch.cuda.synchronize()
     print("sanitizer cases done")
 
@@ -91,5 +94,30 @@ def quant_cases(dev):
             del os.environ[var]
 
 
+def carry_cases(dev):
+    # The segments cast's carry kernel, forced (these inputs are below its automatic rule): 17 column tiles of
+    # ~50 blocks, so that the CTAs walk 1-3 tiles and carry sectors between them (its shared ring), under every
+    # tile shape, the dynamic tail, both prefetch forms, and its padded form.
+    x = torch.randn(6000, 2112, device=dev, dtype=torch.bfloat16)
+    sizes = torch.tensor([700, 0, 13, 1287, 1000, 3000], dtype=torch.int32, device=dev)
+    settings = ({"WGRAD_CARRY_TILE": "128x8"}, {"WGRAD_CARRY_TILE": "64x8"}, {"WGRAD_CARRY_TILE": "64x4"},
+                {"WGRAD_CARRY_DYNAMIC": "0:1"}, {"WGRAD_CARRY_DYNAMIC": "1:2"}, {"WGRAD_CARRY_PREFETCH": "2"},
+                {"WGRAD_CARRY_PREFETCH": "box2"})
+    for env in settings:
+        env = dict(env, WGRAD_SEGMENT_KERNEL="carry")
+        os.environ.update(env)
+        try:
+            wgrad.quantize_fp8_1x128_colwise_segments(x, sizes)
+            wgrad.quantize_fp8_1x128_colwise_segments_padded(x, sizes, 32)
+        finally:
+            for var in env:
+                del os.environ[var]
+    os.environ["WGRAD_SEGMENT_KERNEL"] = "carry"
+    try:
+        wgrad.quantize_fp8_1x128_colwise_segments_padded(x, sizes, 16)  # (parts where a padding ends mid-sector)
+    finally:
+        del os.environ["WGRAD_SEGMENT_KERNEL"]
+
+
 if __name__ == "__main__":
-    main(gemms=sys.argv[1:] != ["quant"])
+    main(sys.argv[1] if sys.argv[1:] else "all")

@@ -9,13 +9,15 @@
 # ORDER_SHAPES, SWEEP_REPS; DYN_BENCH=N: then N runs of `python -m wgrad bench --quant --reps 15` (bench.txt),
 # under each VAR=VALUE of DYN_BENCH_ENVS (space-separated; default: none); DYN_PYTEST_K: the -k of the carry
 # tests; DYN_HAND_BACK=DIR: a fresh build handed back there (scripts/build_cache.sh; $OUT returns at most ~8
-# files).
+# files); DYN_SANITIZER=1: compute-sanitizer memcheck and racecheck on the carry kernel's cases
+# (`scripts/sanitizer_cases.py carry`: every tile shape, the tail, both prefetch forms, the padded form).
 # Sessions 35-36's plan for the prefetch (docs/perf-notes.md), two calls (carry [".whl"]):
 #   1. DYN_SETTINGS="off+pf0 off+pf1 off+pf2 off+pfbox1 off+pfbox2 off+pfbox4 0:1:198+pf0 0:1:198+pf1 0:1:198+pfbox2" \
 #      DYN_CASES="4096x7168x8x1 8192x2112x8x1 8192x4096x8x1 8192x2112x8x16" DYN_ALL_TESTS=1 \
 #      DYN_TOKENS="WGRAD_CARRY_PREFETCH=0,WGRAD_CARRY_PREFETCH=1,WGRAD_CARRY_PREFETCH=2,WGRAD_CARRY_PREFETCH=box1,WGRAD_CARRY_PREFETCH=box2,WGRAD_CARRY_PREFETCH=box4" \
-#      ORDER_KINDS="segments,segments16" OUT=$OUT scripts/experiments/dynamic_check.sh
-#      (DYN_ALL_TESTS=1 also runs the padded carry form's GPU tests, tests/test_quant_padded.py.)
+#      ORDER_KINDS="segments,segments16" DYN_SANITIZER=1 OUT=$OUT scripts/experiments/dynamic_check.sh
+#      (DYN_ALL_TESTS=1 also runs the padded carry form's GPU tests, tests/test_quant_padded.py; DYN_SANITIZER
+#      the carry kernel under compute-sanitizer, never run there before session 37.)
 #   2. the padded cast through the carry kernel (session 36) against the TMA kernel, and the benchmark under
 #      the best prefetch and under the carry kernel for every segments cast, beside none:
 #      DYN_SETTINGS=off DYN_PYTEST_K=prefetch ORDER_KINDS=segments_pad32 \
@@ -67,3 +69,12 @@ for benv in ${DYN_BENCH_ENVS:--}; do
   done
 done
 [ -f "$OUT/bench.txt" ] && grep -E "^== bench|^quantize.*[0-9]+ x [0-9]+ " "$OUT/bench.txt"
+if [ "${DYN_SANITIZER:-0}" = 1 ]; then  # last: the carry kernel's cases of sanitizer_cases.py
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    timeout 150 "$san" --tool $tool --error-exitcode 9 python3 scripts/sanitizer_cases.py carry > /tmp/san.log 2>&1
+    echo "$tool rc=$? $(( $(date +%s) - t0 )) s: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" /tmp/san.log | tail -1)"
+    { echo "== $tool"; head -c 200000 /tmp/san.log; } >> "$OUT/sanitizer.log"
+  done
+fi
