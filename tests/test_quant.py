@@ -14,7 +14,7 @@ from wgrad import reference
 from wgrad.quant import Q_T_ROW_ALIGN
 from wgrad.scales import align_up, k_block_capacity, num_k_blocks
 
-from helpers import SEGMENT_CASES
+from helpers import SEGMENT_CASES, on_poisoned_outputs
 
 OPS = torch.ops.wgrad
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -436,26 +436,10 @@ GPU_SIZES = [1, 127, 129, 1000, 4097]
 GPU_SHAPES = [(r, c) for r in GPU_SIZES for c in GPU_SIZES] + [(256, 384), (4096, 512), (128, 7168), (384, 128)]
 
 
-def _poison_next_q_t(x):
-    # q_t comes from the caching allocator: hand it a block full of 0xA5 bytes (a valid e4m3 value the
-    # tests' data never quantizes to in bulk), so that a byte the kernel fails to write shows up. The
-    # column-wise and segments casts allocate q_t first, of exactly these bytes, so it takes this block
-    # (test_gpu_poison_reaches_q_t); the fused cast allocates q first, which takes it instead. Returns the
-    # block's address.
-    rows, cols = x.shape
-    torch.cuda.empty_cache()
-    poison = torch.full((cols * ((max(rows, 1) + 15) // 16 * 16),), 0xA5, dtype=torch.uint8, device="cuda")
-    ptr = poison.data_ptr()
-    del poison
-    return ptr
-
-
 def _check_gpu_op(op, x_cpu, ue8m0, sizes=None, x_gpu=None):
     x_gpu = x_cpu.cuda() if x_gpu is None else x_gpu
     sizes_gpu = None if sizes is None else sizes.cuda()
-    if op != "rowwise":
-        _poison_next_q_t(x_gpu)
-    outs = _call(op, x_gpu, ue8m0, sizes_gpu)
+    outs, _ = on_poisoned_outputs(lambda: _call(op, x_gpu, ue8m0, sizes_gpu))  # (unwritten bytes show)
     torch.cuda.synchronize()
     _check_layouts(x_cpu, outs, op, None if sizes is None else sizes.tolist())
     for i, (got, exp) in enumerate(zip(outs, _expected(op, x_cpu, ue8m0, sizes))):
@@ -1110,16 +1094,19 @@ def test_gpu_repeated_calls_on_a_large_input(op, align):
 
 
 @sm90
-@pytest.mark.parametrize("op", ["colwise", "segments"])
-def test_gpu_poison_reaches_q_t(op, monkeypatch):
-    # The premise of _check_gpu_op's poison: q_t lands in the poisoned block (else a byte the kernel does not
-    # write could read as the zero it should be), for outputs of the small pool (< 1 MB) and the large one,
-    # through both segments kernels.
-    for kernel in ("tma", "carry") if op == "segments" else ("auto",):
+@pytest.mark.parametrize("op", ["rowwise", "colwise", "both", "segments", "padded"])
+def test_gpu_outputs_land_on_the_poison(op, monkeypatch):
+    # The premise of the GPU tests' poison (helpers.on_poisoned_outputs): the second run's outputs land on the
+    # first run's poisoned storage, for outputs of the small pool (< 1 MB) and the large one, through both
+    # segments kernels. (The last test of the file: its failure stops no other.)
+    for kernel in ("tma", "carry") if op in ("segments", "padded") else ("auto",):
         monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", kernel)
         for rows, cols, groups, seed in ((300, 1000, 3, 131), (4097, 1000, 5, 137), (8192, 2112, 8, 0)):
             x, sizes = next(_carry_casts(((rows, cols, groups, seed),)))
-            x_gpu, sizes_gpu = x.cuda(), (sizes.cuda() if op == "segments" else None)
-            poisoned = _poison_next_q_t(x_gpu)
-            q_t = _call(op, x_gpu, False, sizes_gpu)[0]
-            assert q_t.untyped_storage().data_ptr() == poisoned, f"{kernel}, {rows} x {cols}"
+            x_gpu, sizes_gpu = x.cuda(), sizes.cuda()
+            if op == "padded":
+                call = lambda: OPS.quantize_fp8_1x128_colwise_segments_padded(x_gpu, sizes_gpu, 32, False)
+            else:
+                call = lambda: _call(op, x_gpu, False, sizes_gpu if op == "segments" else None)
+            _, landed = on_poisoned_outputs(call)
+            assert all(landed), f"{kernel}, {rows} x {cols}: outputs on the poison {landed}"

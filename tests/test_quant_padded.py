@@ -11,7 +11,7 @@ import wgrad
 from wgrad import reference
 from wgrad.scales import align_up, k_block_capacity, num_k_blocks
 
-from helpers import SEGMENT_CASES, rel_frobenius
+from helpers import SEGMENT_CASES, on_poisoned_outputs, rel_frobenius
 
 OPS = torch.ops.wgrad
 PADS = [16, 32, 64, 128]
@@ -162,27 +162,14 @@ def test_python_api():
 # ------------------------------------------------------------------ GPU ---------------------------------
 
 
-def _poison_allocator(nbytes):
-    # The outputs come from the caching allocator: hand them a block of 0xA5 bytes, so that a byte the
-    # kernel does not write (a padding column, the zero tail) shows up. The op's first allocation is q_t, of
-    # exactly these bytes, so it takes this block, provided nothing else is allocated in between (x and the
-    # sizes go to the GPU first). Returns the block's address (test_gpu_padded_poison_reaches_q_t checks it).
-    torch.cuda.empty_cache()
-    poison = torch.full((nbytes,), 0xA5, dtype=torch.uint8, device="cuda")
-    ptr = poison.data_ptr()
-    del poison
-    return ptr
-
-
 def _check_gpu(x, sizes, pad):
+    # (Into poisoned outputs: a byte the kernel does not write, a padding column or the zero tail, shows up.)
     x_gpu = x.cuda()
     sizes_gpu = torch.tensor(sizes, dtype=torch.int32, device="cuda")
-    k = reference.padded_segment_columns(x.shape[0], len(sizes), pad)
-    poisoned = _poison_allocator(x.shape[1] * align_up(max(k, 1), 16))
-    outs = OPS.quantize_fp8_1x128_colwise_segments_padded(x_gpu, sizes_gpu, pad, False)
+    outs, _ = on_poisoned_outputs(lambda: OPS.quantize_fp8_1x128_colwise_segments_padded(x_gpu, sizes_gpu, pad,
+                                                                                         False))
     torch.cuda.synchronize()
     _check_against_unpadded(x, sizes, pad, outs)
-    return outs[0].untyped_storage().data_ptr() == poisoned
 
 
 @sm90
@@ -299,16 +286,3 @@ def test_gpu_padded_invalid_sizes_give_nan_scales():
     _, s_t, _ = OPS.quantize_fp8_1x128_colwise_segments_padded(x, torch.tensor([100, 100, 99], dtype=torch.int32,
                                                                                   device="cuda"), 32, False)
     assert bool((_bits(s_t) == SCALE_NAN_BITS).all())
-
-
-@sm90
-@pytest.mark.parametrize("kernel", ["tma", "carry"])
-def test_gpu_padded_poison_reaches_q_t(kernel, monkeypatch):
-    # The premise of the tests above: q_t lands in the poisoned block (else a byte the kernel does not write
-    # could read as the zero it should be), for outputs of the small pool (< 1 MB) and the large one.
-    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", kernel)
-    for case in (0, 5):  # q_t of 320 KB and 4.2 MB
-        rows, sizes = CASES[case]
-        assert _check_gpu(_random_x(rows, 1000, torch.bfloat16, seed=rows), sizes, 32), f"case {case}"
-    sizes = _carry_padded_splits()[2]  # 19.5 MB
-    assert _check_gpu(_random_x(sum(sizes), 2112, torch.bfloat16, seed=42), sizes, 128), "8192 x 2112"
