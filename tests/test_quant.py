@@ -314,6 +314,26 @@ def test_bad_size_values_rejected_on_cpu(sizes, msg):
         OPS.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes, dtype=torch.int32), False)
 
 
+def test_python_functions_copy_a_strided_x_and_cast_integer_sizes():
+    # The Python functions (not the ops) take a non-contiguous x through a contiguous copy and sizes of any
+    # integer dtype through an int32 cast, with the results of the contiguous int32 call; float sizes would be
+    # truncated by that cast, so they are refused.
+    x = _random_x(300, 256, torch.bfloat16, seed=3)
+    sizes = [100, 0, 200]
+    want = wgrad.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes, dtype=torch.int32))
+    strided = x.t().contiguous().t()
+    assert not strided.is_contiguous()
+    for got in (wgrad.quantize_fp8_1x128_colwise_segments(strided, torch.tensor(sizes, dtype=torch.int64)),
+                wgrad.quantize_fp8_1x128_colwise_segments(strided, sizes)):
+        for g, w in zip(got, want):
+            _assert_bits_equal(g, w, "segments cast of a strided x")
+    _assert_bits_equal(wgrad.quantize_fp8_1x128_colwise(strided)[0], wgrad.quantize_fp8_1x128_colwise(x)[0], "q_t")
+    with pytest.raises(ValueError, match="sizes must hold integers .*got torch.float32"):
+        wgrad.quantize_fp8_1x128_colwise_segments(x, torch.tensor([100.5, 0.0, 199.5]))
+    with pytest.raises(RuntimeError, match="x must be contiguous"):
+        OPS.quantize_fp8_1x128_colwise(strided, False)
+
+
 def test_bench_segment_sizes():
     # The quantization bench's segment splits: uneven, summing to R; unaligned by default (every segment but
     # the first starts inside a 32-byte sector, as random sizes do), or rounded to multiples of `align`

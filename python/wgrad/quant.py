@@ -17,6 +17,10 @@
 
 Every scale tensor is `[mn, kb]` in the TMA-aligned MN-major layout (strides `(1, align_up(mn, 4))`).
 `x` of more than 2 dims is seen as `[R, C]` with `R` the product of the leading dims; outputs are 2-D.
+These functions **copy** an `x` that is not contiguous into a contiguous one first (an extra kernel and
+R x C elements of memory; the ops `torch.ops.wgrad.*` reject it instead), and take `sizes` as a list (copied
+to x's device) or a tensor of any integer dtype (cast to int32 on its device, no host synchronisation; the
+values must fit in int32).
 The numerics (floor, rounding, UE8M0, NaN/Inf) are defined in `wgrad.reference.
 quantize_fp8_1x128_rowwise_reference`; the CUDA kernels match it bit for bit.
 
@@ -217,6 +221,8 @@ def _sizes_tensor(sizes: Union[torch.Tensor, Sequence[int]], device) -> torch.Te
     """Segment sizes as the ops take them: int32, contiguous; a Python list is copied to `device`."""
     if not isinstance(sizes, torch.Tensor):
         return torch.tensor([int(s) for s in sizes], dtype=torch.int32, device=device)
+    if sizes.dtype.is_floating_point or sizes.dtype.is_complex or sizes.dtype == torch.bool:
+        raise ValueError(f"sizes must hold integers (int32 on x's device), got {sizes.dtype}")
     return sizes.to(torch.int32).contiguous()
 
 
