@@ -1,6 +1,7 @@
 """The README's quantize-then-GEMM block (Usage), run as written on the CPU: the casts and the GEMMs wired the
 way the README says compute the weight gradients (dense and per expert) within FP8's error of the float64
-product of the bf16 inputs, and leave an empty expert's gradient untouched."""
+product of the bf16 inputs, and leave an empty expert's gradient untouched; and the same block compiled as
+one graph by torch.compile (the Python functions trace: no host-only calls such as data_ptr)."""
 
 import pathlib
 import re
@@ -23,8 +24,8 @@ def _rel_err(got, exp):
     return float((got.double() - exp).norm() / exp.norm())
 
 
-def test_readme_quantize_then_gemm_block():
-    code = _readme_block("quantize_fp8_1x128_colwise(dy)")
+def _check_recipe(run):
+    """run(env) executes the block with env's names; checks what it leaves in main_grad, out and k."""
     g = torch.Generator().manual_seed(5)
     t, n_out, n_in = 1024, 256, 384
     dy = torch.randn(t, n_out, generator=g).to(torch.bfloat16)
@@ -34,7 +35,7 @@ def test_readme_quantize_then_gemm_block():
     out0 = torch.randn(len(counts), n_out, n_in, generator=g)
     env = {"torch": torch, "wgrad": wgrad, "x": x, "dy": dy, "main_grad": main_grad0.clone(),
            "sizes": torch.tensor(counts, dtype=torch.int32), "out": out0.clone()}
-    exec(compile(code, str(README), "exec"), env)
+    run(env)
 
     assert _rel_err(env["main_grad"] - main_grad0, dy.double().T @ x.double()) < 0.06
     start = 0
@@ -48,3 +49,21 @@ def test_readme_quantize_then_gemm_block():
         start += count
     # The padded sizes: each a multiple of 32, the last the rest of K = floor((T + G 31) / 32) 32 = 1120.
     assert env["k"].tolist() == [320, 0, 32, 768]
+
+
+def test_readme_quantize_then_gemm_block():
+    code = compile(_readme_block("quantize_fp8_1x128_colwise(dy)"), str(README), "exec")
+    _check_recipe(lambda env: exec(code, env))
+
+
+def test_readme_block_compiles_to_one_graph():
+    body = "".join(f"    {line}\n" for line in _readme_block("quantize_fp8_1x128_colwise(dy)").splitlines())
+    source = f"def step(x, dy, main_grad, sizes, out):\n{body}    return k\n"
+    namespace = {"torch": torch, "wgrad": wgrad}
+    exec(compile(source, str(README), "exec"), namespace)
+    step = torch.compile(namespace["step"], backend="aot_eager", fullgraph=True)
+
+    def run(env):
+        env["k"] = step(env["x"], env["dy"], env["main_grad"], env["sizes"], env["out"])
+
+    _check_recipe(run)
