@@ -130,6 +130,33 @@ def test_fake_kernel_under_torch_compile():
     assert_fp32_of(doubled, 2 * out.double())
 
 
+def test_python_function_with_c_under_torch_compile():
+    """wgrad_gemm_fp8_fp8_fp32_nt's c (DeepGEMM's d = c + a @ b^T) in one compiled graph: a distinct c, and
+    c given as out itself; a rejected call raises while traced and leaves out untouched."""
+    op = make_dense(36, 24, 272, seed=11)
+    a, sa, b, sb = op.args()
+
+    @torch.compile(backend="aot_eager", fullgraph=True)
+    def step(a, sa, b, sb, out, c):
+        wgrad.wgrad_gemm_fp8_fp8_fp32_nt((a, sa), (b, sb), out, c)
+        return out
+
+    c = torch.randn(36, 24, generator=torch.Generator().manual_seed(3))
+    ref = blockwise_reference(a, sa, b, sb)
+    out = torch.zeros(36, 24)
+    step(a, sa, b, sb, out, c)
+    assert_fp32_of(out, c.double() + ref)
+    out = c.clone()
+    step(a, sa, b, sb, out, out)
+    assert_fp32_of(out, c.double() + ref)
+    bad = torch.zeros(36, 136, dtype=torch.uint8).view(torch.float8_e4m3fn)  # K = 136: not a multiple of 16
+    sbad = wgrad.empty_mn_major_scales(36, 2)
+    out = torch.full((36, 24), 7.0)
+    with pytest.raises(Exception, match="K must be a multiple of 16"):
+        step(bad, sbad, bad[:24], sbad[:24], out, c)
+    assert bool((out == 7.0).all()), "a rejected call leaves out untouched"
+
+
 # ---- Python API ------------------------------------------------------------------------------------
 
 

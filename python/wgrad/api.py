@@ -19,7 +19,13 @@ Operand = Tuple[torch.Tensor, torch.Tensor]
 
 def _accumulate_into(out: torch.Tensor, c: Optional[torch.Tensor], check: Callable[[], None]) -> None:
     # DeepGEMM's d = c + a @ b^T: with c None or c aliasing out, the product accumulates into out.
-    if c is not None and not (c.data_ptr() == out.data_ptr() and c.stride() == out.stride()):
+    if c is None or c is out:
+        return
+    if torch.compiler.is_compiling():
+        # No addresses while torch.compile traces: a c that is another view of out's exact memory is copied
+        # onto itself (no change). A rejected call raises while the op is traced, before anything runs.
+        out.copy_(c)
+    elif not (c.data_ptr() == out.data_ptr() and c.stride() == out.stride()):
         # A rejected call must leave out untouched: check the operands (the fake kernel's checks,
         # which mirror the C++ ones) before c overwrites out.
         check()
