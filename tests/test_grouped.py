@@ -460,3 +460,32 @@ def test_check_group_sizes_names_the_bad_size(sizes, k_total, message):
 def test_check_group_sizes_accepts_the_contract():
     wgrad.check_group_sizes(torch.tensor([0, 16, 112, 1008], dtype=torch.int32), 1136)
     wgrad.check_group_sizes(torch.tensor([100, 1, 0, 27], dtype=torch.int32), 128)
+
+
+def test_python_functions_under_torch_compile():
+    # Both grouped functions (their scales' layout test included) trace into one graph and give the ops'
+    # results: the packed one with a host list, the contiguous-K one with a size tensor and a group starting
+    # inside a 16-byte chunk.
+    m, n = 40, 24
+
+    @torch.compile(backend="aot_eager", fullgraph=True)
+    def packed(a, sa, b, sb, out):
+        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a, sa), (b, sb), out, [16, 0, 144])
+        return out
+
+    @torch.compile(backend="aot_eager", fullgraph=True)
+    def contiguous(a, sa, b, sb, out, ks):
+        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous((a, sa), (b, sb), out, ks)
+        return out
+
+    op = make_packed(m, n, [16, 0, 144], seed=2)
+    got, want = torch.zeros(3, m, n), torch.zeros(3, m, n)
+    packed(*op.args(), got)
+    torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(*op.args(), want, [16, 0, 144])
+    assert torch.equal(got, want) and want.abs().sum() > 0
+    op = make_contiguous(m, n, [16, 0, 137], seed=2)
+    ks = torch.tensor([16, 0, 137], dtype=torch.int32)
+    got, want = torch.zeros(3, m, n), torch.zeros(3, m, n)
+    contiguous(*op.args(), got, ks)
+    torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(*op.args(), want, ks)
+    assert torch.equal(got, want) and want.abs().sum() > 0
