@@ -73,12 +73,6 @@ void check_pad(const char* op, int64_t pad) {
   TORCH_CHECK(pad == 16 || pad == 32 || pad == 64 || pad == 128, op, ": pad must be 16, 32, 64 or 128, got ", pad);
 }
 
-// q_t columns of the padded segments cast: the most sum_g align_up(size_g, pad) can be for sizes summing
-// to `rows` (a multiple of pad, so of 16: TMA-ready). The last segment takes the columns left over.
-int64_t padded_segment_columns(int64_t rows, int64_t groups, int64_t pad) {
-  return (rows + groups * (pad - 1)) / pad * pad;
-}
-
 // [mn, kb] float32 in the TMA-aligned MN-major layout: (m, kb) at kb * scale_ld(mn) + m.
 at::Tensor empty_mn_major_scales(const at::Tensor& like, int64_t mn, int64_t kb) {
   return at::empty({kb, scale_ld(mn)}, like.options().dtype(at::kFloat)).narrow(1, 0, mn).t();

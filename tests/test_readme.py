@@ -10,6 +10,8 @@ import torch
 
 import wgrad
 
+from helpers import rel_frobenius
+
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -18,10 +20,6 @@ def _readme_block(marker):
     found = [b for b in blocks if marker in b]
     assert len(found) == 1, f"one python block of the README holds {marker!r}, found {len(found)}"
     return found[0]
-
-
-def _rel_err(got, exp):
-    return float((got.double() - exp).norm() / exp.norm())
 
 
 def _check_recipe(run):
@@ -37,7 +35,7 @@ def _check_recipe(run):
            "sizes": torch.tensor(counts, dtype=torch.int32), "out": out0.clone()}
     run(env)
 
-    assert _rel_err(env["main_grad"] - main_grad0, dy.double().T @ x.double()) < 0.06
+    assert rel_frobenius(env["main_grad"] - main_grad0, dy.double().T @ x.double()) < 0.06
     start = 0
     for e, count in enumerate(counts):
         grad = env["out"][e] - out0[e]
@@ -45,7 +43,7 @@ def _check_recipe(run):
             assert torch.equal(env["out"][e], out0[e]), "an empty expert's gradient is left as it was"
         else:
             rows = slice(start, start + count)
-            assert _rel_err(grad, dy[rows].double().T @ x[rows].double()) < 0.06, f"expert {e}"
+            assert rel_frobenius(grad, dy[rows].double().T @ x[rows].double()) < 0.06, f"expert {e}"
         start += count
     # The padded sizes: each a multiple of 32, the last the rest of K = floor((T + G 31) / 32) 32 = 1120.
     assert env["k"].tolist() == [320, 0, 32, 768]

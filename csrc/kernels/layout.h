@@ -26,4 +26,10 @@ WGRAD_HOST_DEVICE constexpr int64_t k_block_capacity(int64_t k_total, int64_t gr
   return ceil_div(k_total, kScaleBlockK) + groups - 1 > 0 ? ceil_div(k_total, kScaleBlockK) + groups - 1 : 0;
 }
 
+// q_t columns of the padded segments cast: the most sum_g align_up(size_g, pad) can be for sizes summing
+// to `rows` (a multiple of pad, so of 16: TMA-ready). The last segment takes the columns left over.
+WGRAD_HOST_DEVICE constexpr int64_t padded_segment_columns(int64_t rows, int64_t groups, int64_t pad) {
+  return (rows + groups * (pad - 1)) / pad * pad;
+}
+
 }  // namespace wgrad

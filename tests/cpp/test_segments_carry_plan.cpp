@@ -108,7 +108,7 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
   int64_t rows = 0;
   for (int64_t s : sizes) rows += s;
   const auto groups = static_cast<int64_t>(sizes.size());
-  const int64_t pitch = align_up(pad > 0 ? (rows + groups * (pad - 1)) / pad * pad : rows, 16);
+  const int64_t pitch = align_up(pad > 0 ? padded_segment_columns(rows, groups, pad) : rows, 16);
   const auto used = static_cast<int32_t>(blocks.size());
   Stats stats;
   if (used == 0) return;
