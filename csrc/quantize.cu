@@ -99,11 +99,8 @@ constexpr CUtensorMapDataType tma_dtype() {
 template <typename T>
 void encode_x_descriptor(CUtensorMap* map, const void* x, int64_t rows, int64_t cols, int64_t pitch, int box_cols,
                          int box_rows, const char* what) {
-  const uint64_t dims[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
-  const uint64_t strides[1] = {static_cast<uint64_t>(pitch) * sizeof(T)};
-  const uint32_t box[2] = {static_cast<uint32_t>(box_cols), static_cast<uint32_t>(box_rows)};
-  const std::string err =
-      encode_tma_descriptor(map, tma_dtype<T>(), 2, x, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+  const std::string err = encode_matrix_descriptor(map, tma_dtype<T>(), sizeof(T), x, rows, cols, pitch, box_cols,
+                                                   box_rows);
   TORCH_CHECK(err.empty(), what, ": TMA descriptor of x: ", err);
 }
 

@@ -36,4 +36,15 @@ inline std::string encode_tma_descriptor(CUtensorMap* desc, CUtensorMapDataType 
   return {};
 }
 
+// A descriptor of a row-major matrix [rows, cols] of elem_bytes-byte elements whose rows lie `pitch` elements
+// apart, with boxes of box_cols x box_rows elements and no swizzle (encode_tma_descriptor's result).
+inline std::string encode_matrix_descriptor(CUtensorMap* desc, CUtensorMapDataType dtype, int elem_bytes,
+                                            const void* base, int64_t rows, int64_t cols, int64_t pitch,
+                                            int box_cols, int box_rows) {
+  const uint64_t dims[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(pitch) * static_cast<uint64_t>(elem_bytes)};
+  const uint32_t box[2] = {static_cast<uint32_t>(box_cols), static_cast<uint32_t>(box_rows)};
+  return encode_tma_descriptor(desc, dtype, 2, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 }  // namespace wgrad

@@ -109,10 +109,8 @@ int main(int argc, char** argv) {
     pf.tiles = pf_tiles;
     pf.boxes = pf_boxes;
     if (pf_boxes) {
-      const uint64_t dims[2] = {uint64_t(c.p.cols), uint64_t(c.p.rows)}, strides[1] = {uint64_t(c.p.cols) * 2};
-      const uint32_t box[2] = {uint32_t(Cfg::kTileCols), uint32_t(kCarryBlockRows)};
-      const std::string err = encode_tma_descriptor(&pf.tma_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, c.p.x, dims,
-                                                    strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+      const std::string err = encode_matrix_descriptor(&pf.tma_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, c.p.x,
+                                                       c.p.rows, c.p.cols, c.p.cols, Cfg::kTileCols, kCarryBlockRows);
       if (!err.empty()) {
         std::printf("%s\n", err.c_str());
         std::exit(1);
