@@ -46,7 +46,7 @@ for s in ${DYN_SETTINGS:-off 0:1:198 0:1}; do
 done > "$OUT/probe.txt" 2>&1
 echo "probe done"; grep -E "^==|kernel|memset|CTA ends|COUNTER|entry spread|after the table|tile 1" "$OUT/probe.txt"
 t0=$(date +%s)
-timeout 400 python3 -m pytest tests/test_quant.py -q -x -k "${DYN_PYTEST_K:-carry or reject_bad_values}" > "$OUT/pytest_carry.log" 2>&1
+timeout 400 python3 -m pytest tests/test_quant.py -q --maxfail=10 -k "${DYN_PYTEST_K:-carry or reject_bad_values}" > "$OUT/pytest_carry.log" 2>&1
 echo "pytest (carry, knobs) rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest_carry.log")"
 if [ "${DYN_ALL_TESTS:-0}" = 1 ]; then
   t0=$(date +%s)
