@@ -9,8 +9,10 @@ shows up as NaN in out.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 import torch
@@ -20,6 +22,19 @@ from wgrad.scales import align_up, num_k_blocks
 
 FP8 = torch.float8_e4m3fn
 BLOCK_K = 128
+
+# The checkout the tests belong to (README.md, tests/cpp): the same whichever wgrad is under test.
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def package_env() -> Dict[str, str]:
+    """The environment for a subprocess that must import the wgrad under test: the in-place tree on
+    PYTHONPATH when that is what the tests import, else the environment as it is (an installed package)."""
+    env = dict(os.environ)
+    tree = Path(wgrad.__file__).resolve().parent.parent
+    if tree == ROOT / "python":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH")) if p)
+    return env
 
 
 def _has_sm90() -> bool:
