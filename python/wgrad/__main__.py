@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from . import bench
+from .bench import cli as bench_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,10 +14,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="wgrad: FP8 weight-gradient GEMMs for Hopper (SM90).")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     bench_parser = commands.add_parser("bench", help="validate and time the GEMMs against cuBLAS and bf16",
-                                       description=bench.DESCRIPTION, epilog=bench.EPILOG,
+                                       description=bench_cli.DESCRIPTION, epilog=bench_cli.EPILOG,
                                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_arguments(bench_parser)
-    bench_parser.set_defaults(handler=bench.run_cli)
+    bench_cli.add_arguments(bench_parser)
+    bench_parser.set_defaults(handler=bench_cli.run_cli)
     return parser
 
 

@@ -1,0 +1,21 @@
+"""The benchmark harness behind `python -m wgrad bench`.
+
+Layout:
+- `cli`: the command line (options common to every suite, report, JSON, exit status) and the list of
+  suites it runs; `suite`: the interface a suite implements to plug in.
+- `gemm`: the dense and k-grouped GEMM suites (`run_dense`, `run_grouped`); `impls`: the
+  implementations they compare (ours, cuBLAS via `torch._scaled_mm`, bf16); `problems`: operands,
+  float64 references, FLOPs and bytes; `shapes`: seed shapes and published anchors; `runner`: validate,
+  then time, one implementation into one row; `tables`: the printed tables.
+- `quant`: the quantization suite (`run_quant_bench`).
+- `timing`: L2 flush, CUDA-event timing, medians; `common`: small shared helpers.
+
+Every implementation is validated against a float64 reference before it is timed; times are medians of
+single calls with the L2 flushed before each.
+"""
+
+from .cli import SUITES, build_parser, main, run_cli
+from .gemm import run_dense, run_grouped
+from .quant import run_quant_bench
+
+__all__ = ["SUITES", "build_parser", "main", "run_cli", "run_dense", "run_grouped", "run_quant_bench"]

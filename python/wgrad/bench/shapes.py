@@ -1,0 +1,92 @@
+"""The shapes the GEMM suites run by default and the published figures they are compared with.
+
+Shapes are DeepSeek-V3 weight gradients: M output features, N input features, K tokens (per group for
+the k-grouped shapes)."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+DenseShape = Tuple[int, int, int]  # (M, N, K)
+GroupedShape = Tuple[int, int, int, int]  # (G, M, N, K per group)
+
+DENSE_SEED_SHAPES: Tuple[DenseShape, ...] = (
+    (7168, 2112, 4096),
+    (1536, 24576, 4096),
+    (512, 32768, 4096),
+    (16384, 7168, 4096),
+    (7168, 4096, 4096),
+    (2048, 7168, 4096),
+    (7168, 2112, 8192),
+    (1536, 24576, 8192),
+    (512, 32768, 8192),
+    (16384, 7168, 8192),
+    (7168, 4096, 8192),
+    (2048, 7168, 8192),
+)
+
+GROUPED_SEED_SHAPES: Tuple[GroupedShape, ...] = (
+    (4, 7168, 4096, 4096),
+    (4, 2048, 7168, 4096),
+    (4, 7168, 4096, 8192),
+    (4, 2048, 7168, 8192),
+    (8, 7168, 4096, 4096),
+    (8, 2048, 7168, 4096),
+)
+
+# Anchors: TFLOPS measured on one H200 with torch 2.11, median time, L2 flushed (docs/performance.md):
+# DeepGEMM's wgrad kernel, CUTLASS 4.2 groupwise (1,1,128) beta=1 at its best config, cuBLAS 1x128 with
+# fp32 out + `add_`, bf16 `addmm` into fp32. Absolute figures move between machines; they place a row,
+# the ratios within one run are what compare.
+DENSE_ANCHORS_TFLOPS: Dict[DenseShape, Dict[str, float]] = {
+    (7168, 2112, 4096): {"deepgemm": 918, "cutlass": 738, "cublas": 656, "bf16": 683},
+    (1536, 24576, 4096): {"deepgemm": 991, "cutlass": 846, "cublas": 688, "bf16": 688},
+    (512, 32768, 4096): {"deepgemm": 873, "cutlass": 785, "cublas": 695, "bf16": 697},
+    (16384, 7168, 4096): {"deepgemm": 1013, "cutlass": 859, "cublas": 696, "bf16": 662},
+    (7168, 4096, 4096): {"deepgemm": 957, "cutlass": 823, "cublas": 702, "bf16": 663},
+    (2048, 7168, 4096): {"deepgemm": 903, "cutlass": 803, "cublas": 690, "bf16": 732},
+    (7168, 2112, 8192): {"deepgemm": 1022, "cutlass": 835, "cublas": 777, "bf16": 702},
+    (1536, 24576, 8192): {"deepgemm": 1072, "cutlass": 918, "cublas": 789, "bf16": 701},
+    (512, 32768, 8192): {"deepgemm": 987, "cutlass": 869, "cublas": 772, "bf16": 719},
+    (16384, 7168, 8192): {"deepgemm": 1063, "cutlass": 853, "cublas": 780, "bf16": 655},
+    (7168, 4096, 8192): {"deepgemm": 1044, "cutlass": 892, "cublas": 804, "bf16": 674},
+    (2048, 7168, 8192): {"deepgemm": 1016, "cutlass": 887, "cublas": 825, "bf16": 709},
+}
+
+# Same machine and method: DeepGEMM's k-grouped wgrad (TFLOPS over all groups) on the grouped seed shapes.
+GROUPED_ANCHORS_TFLOPS: Dict[GroupedShape, Dict[str, float]] = {
+    (4, 7168, 4096, 4096): {"deepgemm": 975},
+    (4, 2048, 7168, 4096): {"deepgemm": 949},
+    (4, 7168, 4096, 8192): {"deepgemm": 969},
+    (4, 2048, 7168, 8192): {"deepgemm": 1033},
+    (8, 7168, 4096, 4096): {"deepgemm": 980},
+    (8, 2048, 7168, 4096): {"deepgemm": 951},
+}
+
+ANCHOR_NAMES = {"deepgemm": "DeepGEMM", "cutlass": "CUTLASS", "cublas": "cuBLAS", "bf16": "bf16"}
+
+# The skewed MoE case: 8 experts sharing one (M, N), token counts from a Zipf-like split.
+SKEW_GROUPS = 8
+SKEW_M, SKEW_N = 7168, 4096
+SKEW_TOTAL_TOKENS = 32768
+SKEW_EXPONENT = 1.0
+
+
+def zipf_split(total: int, groups: int, exponent: float = SKEW_EXPONENT, multiple: int = 16) -> List[int]:
+    """`total` tokens split over `groups` experts in proportion to 1 / (rank + 1) ** exponent, each a
+    multiple of `multiple` (the packed layout needs K_g % 16 == 0); the largest expert absorbs the
+    rounding so the sizes sum to `total` exactly. Sizes come out largest first."""
+    if total % multiple != 0:
+        raise ValueError(f"total {total} must be a multiple of {multiple}")
+    weights = [1.0 / (r + 1) ** exponent for r in range(groups)]
+    scale = total / sum(weights)
+    sizes = [int(round(w * scale / multiple)) * multiple for w in weights]
+    sizes[0] += total - sum(sizes)
+    if sizes[0] < 0:
+        raise ValueError(f"cannot split {total} tokens over {groups} experts in multiples of {multiple}")
+    return sizes
+
+
+def skewed_sizes(multiple: int = 16) -> List[int]:
+    """The skewed case's token counts: SKEW_TOTAL_TOKENS over SKEW_GROUPS experts, multiples of `multiple`."""
+    return zipf_split(SKEW_TOTAL_TOKENS, SKEW_GROUPS, SKEW_EXPONENT, multiple)

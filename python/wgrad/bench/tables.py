@@ -1,0 +1,151 @@
+"""The plain-text report: the tables of the GEMM suites, geometric means, the legend, the rows that are
+not ok, and a generic table for suites whose rows are free-form dicts (the quantization suite's)."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+from .common import geomean
+from .impls import impl_summaries
+from .problems import BYTES_NOTE
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
+    """A plain-text table: columns as wide as their widest cell, numbers right-aligned."""
+    widths = [len(h) for h in headers]
+    for r in rows:
+        for j, cell in enumerate(r):
+            widths[j] = max(widths[j], len(cell))
+
+    def line(cells):
+        out = [c.rjust(w) if right[j] else c.ljust(w) for j, (c, w) in enumerate(zip(cells, widths))]
+        return "  ".join(out).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), sep] + [line(r) for r in rows])
+
+
+def _num(value: Optional[float], fmt: str) -> str:
+    return "" if value is None else format(value, fmt)
+
+
+def _ratio(value: Optional[float]) -> str:
+    return "" if value is None else f"{value:.2f}x"
+
+
+def _check_cell(row: dict, width: int = 60) -> str:
+    if row["status"] == "ok":
+        return "ok"
+    text = f"{row['status']}: {row['message']}" if row["message"] else row["status"]
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _anchor_cell(row: dict) -> str:
+    if row.get("anchor_tflops") is None:
+        return ""
+    return f"{row['anchor_tflops']:.0f} {row['anchor']}"
+
+
+def dense_table(rows: Sequence[dict]) -> str:
+    headers = ["shape MxNxK", "impl", "ms", "TFLOPS", "GB/s", "vs cuBLAS", "anchor", "vs anchor", "rel.err",
+               "check"]
+    right = [False, False, True, True, True, True, True, True, True, False]
+    body = [[r["shape"], r["impl"], _num(r["ms"], ".3f"), _num(r["tflops"], ".1f"), _num(r["gbps"], ".0f"),
+             _ratio(r.get("vs_cublas")), _anchor_cell(r), _ratio(r.get("vs_anchor")), _num(r["rel_err"], ".2e"),
+             _check_cell(r)] for r in rows]
+    return format_table(headers, body, right)
+
+
+def grouped_table(rows: Sequence[dict]) -> str:
+    headers = ["shape GxMxNxK", "impl", "ms", "TFLOPS", "GB/s", "vs cuBLAS loop", "vs dense", "vs dense loop",
+               "anchor", "vs anchor", "rel.err", "check"]
+    right = [False, False, True, True, True, True, True, True, True, True, True, False]
+    body = [[r["shape"], r["impl"], _num(r["ms"], ".3f"), _num(r["tflops"], ".1f"), _num(r["gbps"], ".0f"),
+             _ratio(r.get("vs_cublas")), _ratio(r.get("vs_dense")), _ratio(r.get("vs_dense_loop")),
+             _anchor_cell(r), _ratio(r.get("vs_anchor")), _num(r["rel_err"], ".2e"), _check_cell(r)]
+            for r in rows]
+    return format_table(headers, body, right)
+
+
+def summarize(rows: Sequence[dict], kinds: Sequence[str] = ("dense", "grouped")) -> Dict[str, dict]:
+    """Geometric means per impl over the shapes (of `kinds`) where it was timed, with the geomean of its
+    anchor over exactly those shapes (None where a shape has no anchor)."""
+    out: Dict[str, dict] = {}
+    impls = list(dict.fromkeys(r["impl"] for r in rows if r["kind"] in kinds))
+    for name in impls:
+        timed = [r for r in rows if r["impl"] == name and r["kind"] in kinds and r["tflops"] is not None]
+        anchors = [r["anchor_tflops"] for r in timed]
+        anchor_gm = geomean(anchors) if timed and all(a is not None for a in anchors) else None
+        out[name] = {
+            "shapes": len(timed),
+            "tflops": geomean(r["tflops"] for r in timed),
+            "anchor": timed[0]["anchor"] if timed and anchor_gm is not None else None,
+            "anchor_tflops": anchor_gm,
+            "vs_cublas": geomean(r["vs_cublas"] for r in timed if r.get("vs_cublas") is not None)
+            if any(r.get("vs_cublas") is not None for r in timed) else None,
+        }
+        if out[name]["tflops"] is not None and anchor_gm:
+            out[name]["vs_anchor"] = out[name]["tflops"] / anchor_gm
+    return out
+
+
+def summary_lines(summary: Dict[str, dict], title: str) -> List[str]:
+    lines = [f"{title}:"]
+    for name, s in summary.items():
+        if s["tflops"] is None:
+            lines.append(f"  {name:<16} not timed on any shape")
+            continue
+        text = f"  {name:<16} {s['tflops']:7.1f} TFLOPS over {s['shapes']} shape(s)"
+        if s.get("anchor_tflops"):
+            text += f"; {s['anchor']} (anchor) {s['anchor_tflops']:.1f} -> {s['vs_anchor']:.2f}x"
+        if s.get("vs_cublas") is not None:
+            text += f"; vs cuBLAS {s['vs_cublas']:.2f}x"
+        lines.append(text)
+    return lines
+
+
+def legend(rows: Sequence[dict]) -> List[str]:
+    """What each row name means and the exact call each one timed."""
+    forms: Dict[str, List[str]] = {}
+    for r in rows:
+        fs = forms.setdefault(r["impl"], [])
+        if r["form"] and r["form"] not in fs:
+            fs.append(r["form"])
+    summaries = impl_summaries()
+    lines = ["legend:"]
+    for name, fs in forms.items():
+        lines.append(f"  {name:<16} {summaries.get(name, '')}")
+        lines += [f"  {'':<16}   timed: {f}" for f in fs]
+    lines.append(f"  {BYTES_NOTE}.")
+    lines.append("  TFLOPS = 2*M*N*K / median time; 'vs cuBLAS' = this TFLOPS / cuBLAS's; 'anchor' = the published "
+                 "figure of this row's counterpart (ours: DeepGEMM; H200, docs/performance.md).")
+    return lines
+
+
+def problem_lines(rows: Sequence[dict]) -> List[str]:
+    """Every row that is not ok, with its full reason and what was tried (the table truncates)."""
+    lines = []
+    for r in rows:
+        if r["status"] == "ok":
+            continue
+        lines.append(f"  {r['shape']} {r['impl']}: {r['status']}: {r['message']}")
+        lines += [f"      tried {t}" for t in r.get("tried", [])]
+    return ["not ok:"] + lines if lines else []
+
+
+def generic_table(rows: Sequence[dict]) -> str:
+    """A table of arbitrary dict rows (the quantization bench's), columns in first-seen key order."""
+    keys: List[str] = []
+    for r in rows:
+        for k in r:
+            if k not in keys:
+                keys.append(k)
+
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "" if v is None else str(v)
+
+    body = [[cell(r.get(k)) for k in keys] for r in rows]
+    right = [all(isinstance(r.get(k), (int, float)) or r.get(k) is None for r in rows) for k in keys]
+    return format_table(keys, body, right)
