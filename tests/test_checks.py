@@ -325,3 +325,166 @@ def test_cuda_invalid_device_sizes_leave_out_untouched(case):
     call(CONTIG, args)
     torch.cuda.synchronize()
     assert torch.equal(bits(out), before)
+
+
+# ------------------------------------------------------------------ the Python entry points ---------
+# Arguments the Python functions (wgrad.*) read themselves before calling an op: a value that is not what
+# the op takes raises ValueError naming the argument, the expected and the actual value, and nothing is
+# written. Before, `int()` truncated float sizes and pad, an int64 size outside int32 wrapped into
+# another size, a negative K counted no blocks, and a tensor of the wrong rank failed on a scale shape
+# or with an IndexError.
+
+X_SEG = torch.randn(300, 256, dtype=torch.bfloat16)  # R = 300 rows in segments, C = 256
+SEG = wgrad.quantize_fp8_1x128_colwise_segments
+PADDED = wgrad.quantize_fp8_1x128_colwise_segments_padded
+
+
+def _packed_api_args():
+    args = good_packed("cpu")
+    return (args["a"], args["sa"]), (args["b"], args["sb"]), args["out"]
+
+
+@pytest.mark.parametrize("bad, shown", [(128.9, r"128\.9 \(float\)"), (144.0, r"144\.0 \(float\)"),
+                                        (True, r"True \(bool\)"), ("144", r"'144' \(str\)"),
+                                        (torch.tensor(144.0), r"tensor\(144\.\) \(Tensor\)")])
+def test_packed_api_rejects_non_integer_batch_sizes(bad, shown):
+    lhs, rhs, out = _packed_api_args()
+    before = bits(out)
+    with pytest.raises(ValueError, match=rf"batch_sizes\[0\] must be an integer, got {shown}"):
+        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, [bad] + KS_PACKED[1:], c=torch.zeros_like(out))
+    assert torch.equal(bits(out), before)
+
+
+def test_packed_api_takes_integer_scalars_as_they_are():
+    lhs, rhs, out = _packed_api_args()
+    expected = out.clone()
+    wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, expected, KS_PACKED)
+    wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, [torch.tensor(k) for k in KS_PACKED])
+    assert torch.equal(bits(out), bits(expected))
+
+
+@pytest.mark.parametrize("cast", [SEG, PADDED], ids=["segments", "padded"])
+@pytest.mark.parametrize("sizes, match", [
+    ([128.9, 171.1], r"sizes\[0\] must be an integer, got 128\.9 \(float\)"),
+    ([100, True, 199], r"sizes\[1\] must be an integer, got True \(bool\)"),
+    ([2**32 + 100, 300 - 2**32 - 100], r"sizes\[0\] must fit in int32 \(-2\^31 \.\. 2\^31 - 1\), got 4294967396"),
+    (torch.tensor([100, 2**32 + 200]), r"sizes\[1\] must fit in int32 \(-2\^31 \.\. 2\^31 - 1\), got 4294967496"),
+    (torch.tensor([-2**31 - 1, 300]), r"sizes\[0\] must fit in int32 \(-2\^31 \.\. 2\^31 - 1\), got -2147483649"),
+    (torch.tensor([100.0, 200.0]), r"sizes must hold integers \(int32 on x's device\), got torch\.float32"),
+], ids=["float", "bool", "list-over-int32", "int64-over-int32", "int64-under-int32", "float-tensor"])
+def test_segment_casts_reject_sizes_that_are_not_int32_integers(cast, sizes, match):
+    with pytest.raises(ValueError, match=match):
+        cast(X_SEG, sizes)
+
+
+def test_segment_sizes_of_any_integer_dtype_in_range_are_taken():
+    expected = SEG(X_SEG, torch.tensor([100, 200], dtype=torch.int32))
+    for sizes in ([100, 200], torch.tensor([100, 200]), torch.tensor([100, 200], dtype=torch.int16),
+                  [torch.tensor(100), 200]):
+        for got, want in zip(SEG(X_SEG, sizes), expected):
+            assert torch.equal(bits(got), bits(want))
+
+
+def test_sizes_outside_int32_become_invalid_where_they_cannot_be_read(monkeypatch):
+    # On a CUDA tensor (or while torch.compile traces) reading the sizes would synchronise: a size outside
+    # int32 becomes -1 on the device, an invalid size, never a wrapped valid one (2^32 + 100 is not 100).
+    from wgrad.quant import _sizes_tensor
+
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    sizes = torch.tensor([2**32 + 100, 100, -2**31, 2**31 - 1, 2**31, -2**31 - 1, 2**63 - 1])
+    got = _sizes_tensor(sizes, "cpu")
+    assert got.dtype == torch.int32 and got.tolist() == [-1, 100, -2**31, 2**31 - 1, -1, -1, -1]
+
+
+def test_cuda_int64_sizes_outside_int32_give_nan_scales(sm90):
+    x = X_SEG.to(sm90)
+    q_t, scales_t = SEG(x, torch.tensor([2**32 + 100, 300 - 100], device=sm90))  # would wrap to [100, 200]
+    assert torch.isnan(scales_t).all(), "an out-of-range size is invalid, like a negative one"
+
+
+@pytest.mark.parametrize("pad, shown", [(32.5, r"32\.5 \(float\)"), (32.0, r"32\.0 \(float\)"),
+                                        (True, r"True \(bool\)"), ("32", r"'32' \(str\)")])
+def test_padded_cast_rejects_a_non_integer_pad(pad, shown):
+    with pytest.raises(ValueError, match=rf"pad must be an integer \(16, 32, 64 or 128\), got {shown}"):
+        PADDED(X_SEG, [100, 200], pad=pad)
+
+
+@pytest.mark.parametrize("sizes, k_total, match", [
+    (torch.tensor([16.0, 32.0]), 48, r"group_sizes must hold integers \(an int32 tensor\), got torch\.float32"),
+    (torch.tensor([True, False]), 1, r"group_sizes must hold integers \(an int32 tensor\), got torch\.bool"),
+    ([16, 32.5], 48, r"group_sizes\[1\] must be an integer, got 32\.5 \(float\)"),
+    (torch.tensor([16, 32], dtype=torch.int32), 48.0, r"k_total must be an integer, got 48\.0 \(float\)"),
+])
+def test_check_group_sizes_rejects_non_integers(sizes, k_total, match):
+    with pytest.raises(ValueError, match=match):
+        wgrad.check_group_sizes(sizes, k_total)
+
+
+def test_check_group_sizes_takes_a_list_of_ints():
+    wgrad.check_group_sizes([16, 0, 32], 48)
+    with pytest.raises(ValueError, match=r"group_sizes\[1\] must be >= 0, got -16"):
+        wgrad.check_group_sizes([16, -16, 48], 48)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: wgrad.num_k_blocks(-1), r"k must be >= 0, got -1"),
+    (lambda: wgrad.k_block_capacity(-128, 2), r"k_total must be >= 0, got -128"),
+    (lambda: wgrad.k_block_capacity(256, -1), r"groups must be >= 0, got -1"),
+])
+def test_block_counts_reject_negative_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_block_counts_of_valid_arguments():
+    assert [wgrad.num_k_blocks(k) for k in (0, 1, 128, 129)] == [0, 1, 1, 2]
+    assert wgrad.k_block_capacity(0, 0) == 0 and wgrad.k_block_capacity(0, 3) == 2
+    assert wgrad.k_block_capacity(160, 3) == 4
+
+
+def _dense_api_call(a=None, b=None):
+    args = good_dense("cpu")
+    out = args["out"]
+    before = bits(out)
+    a = args["a"] if a is None else a
+    b = args["b"] if b is None else b
+    return lambda: wgrad.wgrad_gemm_fp8_fp8_fp32_nt((a, args["sa"]), (b, args["sb"]), out), out, before
+
+
+@pytest.mark.parametrize("which, bad, match", [
+    ("a", fp8(2 * M, K_DENSE, "cpu").view(2, M, K_DENSE), r"a must be 2-D \[M, K\], got 3-D shape \[2, 33, 144\]"),
+    ("a", fp8(1, 1, "cpu").reshape(()), r"a must be 2-D \[M, K\], got 0-D shape \[\]"),
+    ("b", fp8_flat(N * K_DENSE, "cpu"), r"b must be 2-D \[N, K\], got 1-D shape \[3456\]"),
+    ("b", fp8(1, 1, "cpu").reshape(()), r"b must be 2-D \[N, K\], got 0-D shape \[\]"),
+])
+def test_dense_api_names_the_rank_of_a_and_b(which, bad, match):
+    run, out, before = _dense_api_call(**{which: bad})
+    with pytest.raises(ValueError, match=match):
+        run()
+    assert torch.equal(bits(out), before)
+
+
+@pytest.mark.parametrize("which, bad, match", [
+    ("a", fp8(M, 160, "cpu").unsqueeze(0), r"a must be 2-D \[M, K_total\], got 3-D shape \[1, 33, 160\]"),
+    ("b", fp8(1, 1, "cpu").reshape(()), r"b must be 2-D \[N, K_total\], got 0-D shape \[\]"),
+])
+def test_contiguous_api_names_the_rank_of_a_and_b(which, bad, match):
+    args = good_contig("cpu")
+    args[which] = bad
+    out = args["out"]
+    before = bits(out)
+    with pytest.raises(ValueError, match=match):
+        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous((args["a"], args["sa"]), (args["b"], args["sb"]),
+                                                               out, args["ks"])
+    assert torch.equal(bits(out), before)
+
+
+@pytest.mark.parametrize("out_shape, shown", [((5,), r"1-D shape \[5\]"), ((), r"0-D shape \[\]"),
+                                              ((M, N), r"2-D shape \[33, 24\]")])
+def test_packed_api_names_the_rank_of_out(out_shape, shown):
+    lhs, rhs, _ = _packed_api_args()
+    out = torch.randn(out_shape)
+    before = bits(out)
+    with pytest.raises(ValueError, match=rf"out must be 3-D \[G, M, N\], got {shown}"):
+        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, KS_PACKED)
+    assert torch.equal(bits(out), before)

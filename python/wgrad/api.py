@@ -7,11 +7,12 @@ MN-major layout first (see `wgrad.scales.to_mn_major_scales`), which costs an ex
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 import torch
 
 from . import _ops
+from ._args import as_int
 from .scales import num_k_blocks, to_mn_major_scales
 
 Operand = Tuple[torch.Tensor, torch.Tensor]
@@ -32,12 +33,25 @@ def _accumulate_into(out: torch.Tensor, c: Optional[torch.Tensor], check: Callab
         out.copy_(c)
 
 
+def _check_2d(t: torch.Tensor, name: str, dims: str) -> None:
+    # Before the scales are read against t's shape: a 3-D a would otherwise be reported as a scale shape.
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D [{dims}], got {t.dim()}-D shape {list(t.shape)}")
+
+
+def _check_grouped_out(out: torch.Tensor) -> None:
+    if out.dim() != 3:
+        raise ValueError(f"out must be 3-D [G, M, N], got {out.dim()}-D shape {list(out.shape)}")
+
+
 def wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.Tensor,
                                c: Optional[torch.Tensor] = None) -> None:
     """out += (a * sa) @ (b * sb)^T in fp32, with a [M, K], b [N, K] float8_e4m3fn (K-contiguous) and 1x128
     scales sa, sb. `c`, if given, is copied into out first (DeepGEMM's `d = c + a @ b^T`)."""
     a, sa = lhs
     b, sb = rhs
+    _check_2d(a, "a", "M, K")
+    _check_2d(b, "b", "N, K")
     kb = num_k_blocks(a.shape[-1])
     sa = to_mn_major_scales(sa, a.shape[0], kb, "sa")
     sb = to_mn_major_scales(sb, b.shape[0], kb, "sb")
@@ -50,13 +64,15 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.
                                          c: Optional[torch.Tensor] = None) -> None:
     """One launch for G experts in DeepGEMM's packed layout: a holds the row-major [M, K_g] blocks one
     after another (flattened), b the [N, K_g] blocks; scales have sum_g ceil(K_g/128) blocks; out is
-    [G, M, N] and out[g] += (a_g * sa_g) @ (b_g * sb_g)^T. Every K_g must be a multiple of 16; K_g == 0
-    leaves out[g] untouched."""
+    [G, M, N] and out[g] += (a_g * sa_g) @ (b_g * sb_g)^T. Every K_g must be an integer, a multiple of 16;
+    K_g == 0 leaves out[g] untouched."""
     a, sa = lhs
     b, sb = rhs
-    ks = [int(k) for k in batch_sizes]
+    ks = [as_int(k, f"batch_sizes[{g}]") for g, k in enumerate(batch_sizes)]
+    _check_grouped_out(out)
     m, n = out.shape[-2], out.shape[-1]
-    kb = sum(num_k_blocks(k) for k in ks)
+    # (A negative K_g counts no block here; the op's check names it.)
+    kb = sum(num_k_blocks(k) for k in ks if k > 0)
     sa = to_mn_major_scales(sa, m, kb, "sa")
     sb = to_mn_major_scales(sb, n, kb, "sb")
     a, b = a.reshape(-1), b.reshape(-1)
@@ -69,10 +85,17 @@ def _block_columns(s: torch.Tensor, mn: int) -> int:
     return s.shape[1] if s.dim() == 2 and s.shape[0] == mn else s.shape[0]
 
 
-def check_group_sizes(group_sizes: torch.Tensor, k_total: int) -> None:
+def check_group_sizes(group_sizes: Union[torch.Tensor, Sequence[int]], k_total: int) -> None:
     """Host-side check of contiguous-K group sizes (synchronises with the device): raises ValueError
-    naming the first bad size, or the sum, where the kernel would leave `out` untouched."""
-    sizes = group_sizes.tolist()
+    naming the first bad size, or the sum, where the kernel would leave `out` untouched. The sizes must
+    be integers (an integer tensor, or a sequence of ints), like k_total."""
+    k_total = as_int(k_total, "k_total")
+    if isinstance(group_sizes, torch.Tensor):
+        if group_sizes.dtype.is_floating_point or group_sizes.dtype.is_complex or group_sizes.dtype == torch.bool:
+            raise ValueError(f"group_sizes must hold integers (an int32 tensor), got {group_sizes.dtype}")
+        sizes = group_sizes.tolist()
+    else:
+        sizes = [as_int(k, f"group_sizes[{g}]") for g, k in enumerate(group_sizes)]
     for g, k in enumerate(sizes):
         if k < 0:
             raise ValueError(f"group_sizes[{g}] must be >= 0, got {k}")
@@ -92,6 +115,8 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, 
     every group; trailing ones unused)."""
     a, sa = lhs
     b, sb = rhs
+    _check_2d(a, "a", "M, K_total")
+    _check_2d(b, "b", "N, K_total")
     sa = to_mn_major_scales(sa, a.shape[0], _block_columns(sa, a.shape[0]), "sa")
     sb = to_mn_major_scales(sb, b.shape[0], _block_columns(sb, b.shape[0]), "sb")
     torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, group_sizes)

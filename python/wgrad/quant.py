@@ -1,5 +1,5 @@
 """FP8 1x128 quantization: x (bfloat16 / float16 / float32) to float8_e4m3fn with one float32 scale per
-128 elements, written directly in the layouts the weight-gradient GEMMs take (DESIGN sections 2 and 5).
+128 elements, written directly in the layouts the weight-gradient GEMMs take (docs/contract.md).
 
 - `quantize_fp8_1x128_rowwise(x)`: blocks along the last dim, `q` [R, C] and `scales` [R, ceil(C/128)];
 - `quantize_fp8_1x128_colwise(x)`: blocks along the rows (the token dim), output transposed:
@@ -18,9 +18,9 @@
 Every scale tensor is `[mn, kb]` in the TMA-aligned MN-major layout (strides `(1, align_up(mn, 4))`).
 `x` of more than 2 dims is seen as `[R, C]` with `R` the product of the leading dims; outputs are 2-D.
 These functions **copy** an `x` that is not contiguous into a contiguous one first (an extra kernel and
-R x C elements of memory; the ops `torch.ops.wgrad.*` reject it instead), and take `sizes` as a list (copied
-to x's device) or a tensor of any integer dtype (cast to int32 on its device, no host synchronisation; the
-values must fit in int32).
+R x C elements of memory; the ops `torch.ops.wgrad.*` reject it instead), and take `sizes` as a list of ints
+(copied to x's device) or a tensor of any integer dtype (cast to int32 on its device, no host
+synchronisation). A size that does not fit in int32 is never wrapped into another one: see `_sizes_tensor`.
 The numerics (floor, rounding, UE8M0, NaN/Inf) are defined in `wgrad.reference.
 quantize_fp8_1x128_rowwise_reference`; the CUDA kernels match it bit for bit.
 
@@ -37,6 +37,7 @@ from typing import Sequence, Tuple, Union
 import torch
 
 from . import reference
+from ._args import as_int, check_int32
 from .scales import align_up, empty_mn_major_scales, k_block_capacity, num_k_blocks
 
 _LIB = "wgrad"
@@ -217,13 +218,43 @@ def _as_2d(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()
 
 
+_WIDE_UNSIGNED = tuple(getattr(torch, name) for name in ("uint32", "uint64") if hasattr(torch, name))
+
+
 def _sizes_tensor(sizes: Union[torch.Tensor, Sequence[int]], device) -> torch.Tensor:
-    """Segment sizes as the ops take them: int32, contiguous; a Python list is copied to `device`."""
+    """Segment sizes as the ops take them: int32, contiguous; a Python list is copied to `device`.
+
+    Every size must be an integer (a float or a bool raises ValueError). A size outside int32 is never
+    wrapped into another size (an int64 2^32 + 100 cast to int32 would be 100):
+    - a list, or a CPU tensor outside torch.compile: ValueError naming the size;
+    - a CUDA (or meta) tensor, or any tensor while torch.compile traces: the values cannot be read without
+      a host synchronisation, which would stall every call and break CUDA graph capture. The size becomes
+      -1 on the device instead, an invalid size, which the ops answer like any other invalid sizes (the
+      module doc: NaN scales on the GPU). This costs two small kernels beside the cast, for int64 sizes
+      only; int32 sizes (the recommended form) pass through untouched.
+    """
     if not isinstance(sizes, torch.Tensor):
-        return torch.tensor([int(s) for s in sizes], dtype=torch.int32, device=device)
+        values = [as_int(s, f"sizes[{g}]") for g, s in enumerate(sizes)]
+        for g, s in enumerate(values):
+            check_int32(s, f"sizes[{g}]")
+        return torch.tensor(values, dtype=torch.int32, device=device)
+    if sizes.dtype == torch.int32:
+        return sizes.contiguous()
     if sizes.dtype.is_floating_point or sizes.dtype.is_complex or sizes.dtype == torch.bool:
         raise ValueError(f"sizes must hold integers (int32 on x's device), got {sizes.dtype}")
-    return sizes.to(torch.int32).contiguous()
+    if sizes.dtype.itemsize < 4:  # int8, uint8, int16, uint16: every value fits
+        return sizes.to(torch.int32).contiguous()
+    if sizes.dtype in _WIDE_UNSIGNED:  # few ops take them; their values >= 2^63 turn negative (invalid)
+        sizes = sizes.to(torch.int64)
+    sizes32 = sizes.to(torch.int32)
+    wrapped = sizes32 != sizes  # compared in int64: true where the cast changed the value
+    if sizes.device.type == "cpu" and not torch.compiler.is_compiling():
+        flat = wrapped.reshape(-1)
+        if bool(flat.any()):
+            g = int(flat.nonzero()[0])
+            check_int32(int(sizes.reshape(-1)[g]), f"sizes[{g}]" if sizes.dim() == 1 else "sizes")
+        return sizes32.contiguous()
+    return sizes32.masked_fill_(wrapped, -1).contiguous()
 
 
 def quantize_fp8_1x128_rowwise(x: torch.Tensor, ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -271,7 +302,8 @@ def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[tor
     32-byte sectors of `q_t` (the fast store path; README, "Quantization"). `sizes` as in
     `quantize_fp8_1x128_colwise_segments`."""
     x2 = _as_2d(x)
-    return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments_padded(x2, _sizes_tensor(sizes, x2.device), int(pad),
+    pad = as_int(pad, "pad", "an integer (16, 32, 64 or 128)")
+    return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments_padded(x2, _sizes_tensor(sizes, x2.device), pad,
                                                                       ue8m0)
 
 

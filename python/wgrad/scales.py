@@ -1,4 +1,4 @@
-"""The TMA-aligned, MN-major scale layout (DESIGN section 2) and the conversions into it.
+"""The TMA-aligned, MN-major scale layout and the conversions into it (docs/contract.md).
 
 A scale tensor for an operand with `mn` rows and `kb` 128-wide K blocks is seen as `[mn, kb]` with
 strides `(1, ld)`, `ld = align_up(mn, 4)`: element `(m, kb)` sits at `kb * ld + m`, so every K block's
@@ -8,6 +8,8 @@ column of scales is one 16-byte-aligned run that TMA can load.
 from __future__ import annotations
 
 import torch
+
+from ._args import check_non_negative
 
 SCALE_BLOCK_K = 128
 
@@ -21,14 +23,17 @@ def align_up(a: int, b: int) -> int:
 
 
 def num_k_blocks(k: int) -> int:
-    """1x128 blocks along K (the last one may be partial)."""
+    """1x128 blocks along K (the last one may be partial). K < 0 raises ValueError."""
+    check_non_negative(k, "k")
     return ceil_div(k, SCALE_BLOCK_K)
 
 
 def k_block_capacity(k_total: int, groups: int) -> int:
     """Most blocks a split of `k_total` columns into `groups` segments can need (blocks restart at each
     segment, so every boundary adds at most one partial block). Scales of the contiguous-K grouped GEMM
-    have this many columns."""
+    have this many columns. A negative argument raises ValueError."""
+    check_non_negative(groups, "groups")
+    check_non_negative(k_total, "k_total")
     return max(0, num_k_blocks(k_total) + groups - 1)
 
 
