@@ -270,7 +270,7 @@ def test_api_rejected_call_with_c_leaves_out_untouched():
 GPU_MN = [1, 8, 33, 100, 127, 129, 255, 1000, 4097]
 GPU_K = [16, 112, 128, 144, 1008, 4096, 8208]
 
-# Dense seed shapes of DESIGN section 7 (M, N, K).
+# The benchmark's dense seed shapes (M, N, K; wgrad.bench.shapes).
 SEED_SHAPES = [
     (m, n, k)
     for k in (4096, 8192)
