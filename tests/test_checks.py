@@ -9,7 +9,7 @@ Each case runs on three backends:
 Cases that need the values of the `ks` tensor (negative sizes, sum(ks) != K_total) are checked on the
 host only where the data can be read without a synchronisation: on the CPU. On meta tensors there is no
 data; on CUDA the kernel validates the sizes and leaves out untouched when they are invalid, without an
-error (raising one would need a host synchronisation; see the README).
+error (raising one would need a host synchronisation; see docs/contract.md).
 """
 
 from __future__ import annotations

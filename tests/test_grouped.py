@@ -36,7 +36,7 @@ from wgrad.scales import num_k_blocks
 PACKED = torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt
 CONTIG = torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous
 
-# See test_gemm.py: the accuracy bar of issue 4, per group, against the float64 reference.
+# The accuracy bar of test_gemm.py, per group, against the float64 reference.
 GPU_REL_TOL = 2e-4
 
 # opcheck's test_schema cannot compare float8 tensors on the CPU; see test_gemm.OPCHECK_UTILS.

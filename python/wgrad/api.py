@@ -109,7 +109,7 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, 
     b [N, K_total] (what a transposed cast of the token-major MoE buffer produces). `group_sizes` is an
     int32 tensor [G] on the operands' device and is only read by the kernel: no host synchronisation,
     capturable in a CUDA graph. Each size must be >= 0 (any value: a group may start inside a 16-byte
-    chunk, at some cost, see the README) and they must sum to K_total;
+    chunk, at some cost, see docs/contract.md) and they must sum to K_total;
     the kernel checks this on the device and leaves `out` untouched when they do not (it cannot raise
     without a synchronisation: call `check_group_sizes` first when in doubt). Scales have `ceil(K_total/128) + G - 1` block columns (blocks restart at
     every group; trailing ones unused)."""

@@ -299,7 +299,7 @@ def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[tor
     synchronisation. Feed `(q_t, scales_t)` of both operands and `padded_sizes` to
     `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`: zero columns add nothing, and every expert starts
     on a 16-byte chunk, which the GEMM loads without shifting. pad >= 32 keeps every block on whole
-    32-byte sectors of `q_t` (the fast store path; README, "Quantization"). `sizes` as in
+    32-byte sectors of `q_t` (the fast store path; docs/contract.md). `sizes` as in
     `quantize_fp8_1x128_colwise_segments`."""
     x2 = _as_2d(x)
     pad = as_int(pad, "pad", "an integer (16, 32, 64 or 128)")

@@ -34,10 +34,10 @@ GROUPED_SEED_SHAPES: Tuple[GroupedShape, ...] = (
     (8, 2048, 7168, 4096),
 )
 
-# Anchors: TFLOPS measured on one H200 with torch 2.11, median time, L2 flushed (docs/performance.md):
-# DeepGEMM's wgrad kernel, CUTLASS 4.2 groupwise (1,1,128) beta=1 at its best config, cuBLAS 1x128 with
-# fp32 out + `add_`, bf16 `addmm` into fp32. Absolute figures move between machines; they place a row,
-# the ratios within one run are what compare.
+# Anchors: TFLOPS measured on one H200 with torch 2.11, median time, L2 flushed: DeepGEMM's wgrad kernel,
+# CUTLASS 4.2 groupwise (1,1,128) beta=1 at its best config, cuBLAS 1x128 with fp32 out + `add_`, bf16
+# `addmm` into fp32. Absolute figures move 10-20 % between machines and device calls: they place a row;
+# the ratios within one run are what compare (docs/performance.md has the current side-by-side figures).
 DENSE_ANCHORS_TFLOPS: Dict[DenseShape, Dict[str, float]] = {
     (7168, 2112, 4096): {"deepgemm": 918, "cutlass": 738, "cublas": 656, "bf16": 683},
     (1536, 24576, 4096): {"deepgemm": 991, "cutlass": 846, "cublas": 688, "bf16": 688},

@@ -117,8 +117,8 @@ def legend(rows: Sequence[dict]) -> List[str]:
         lines.append(f"  {name:<16} {summaries.get(name, '')}")
         lines += [f"  {'':<16}   timed: {f}" for f in fs]
     lines.append(f"  {BYTES_NOTE}.")
-    lines.append("  TFLOPS = 2*M*N*K / median time; 'vs cuBLAS' = this TFLOPS / cuBLAS's; 'anchor' = the published "
-                 "figure of this row's counterpart (ours: DeepGEMM; H200, docs/performance.md).")
+    lines.append("  TFLOPS = 2*M*N*K / median time; 'vs cuBLAS' = this TFLOPS / cuBLAS's; 'anchor' = the figure of "
+                 "this row's counterpart measured on an H200 with torch 2.11 (ours: DeepGEMM; wgrad.bench.shapes).")
     return lines
 
 
