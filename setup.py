@@ -32,6 +32,7 @@ SOURCES = [
     "csrc/gemm_grouped_packed.cu",
     "csrc/gemm_grouped_contiguous.cu",
     "csrc/quantize.cu",
+    "csrc/quant/quantize_128x128.cu",
 ]
 
 # Torch-free C++ tests (GoogleTest), built by CMake only.

@@ -193,4 +193,19 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, 
   }
 }
 
+void check_quantize_fp8_128x128(const at::Tensor& w) {
+  constexpr const char* op = "quantize_fp8_128x128";
+  TORCH_CHECK(w.dim() == 2, op, ": w must be 2-D [N, K], got ", w.dim(), "-D ", w.sizes());
+  const auto dt = w.scalar_type();
+  TORCH_CHECK(dt == at::kBFloat16 || dt == at::kHalf || dt == at::kFloat, op,
+              ": w must be bfloat16, float16 or float32, got ", dt);
+  TORCH_CHECK(w.is_contiguous(), op, ": w must be contiguous (row-major [N, K]), got strides ", w.strides(),
+              " for shape ", w.sizes());
+  // One CTA per 128 x 128 block: gridDim.y counts the row blocks, gridDim.x the column blocks.
+  TORCH_CHECK(ceil_div(w.size(0), kScaleBlockK) <= 65535, op, ": w must have at most ", 65535 * kScaleBlockK,
+              " rows, got ", w.size(0));
+  TORCH_CHECK(ceil_div(w.size(1), kScaleBlockK) <= INT32_MAX, op, ": w must have at most ",
+              int64_t{INT32_MAX} * kScaleBlockK, " columns, got ", w.size(1));
+}
+
 }  // namespace wgrad

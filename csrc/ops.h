@@ -44,4 +44,9 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(cons
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_padded_cuda(
     const at::Tensor& x, const at::Tensor& sizes, int64_t pad, bool ue8m0);
 
+// ---- 128x128 weight cast (quant/quantize_128x128.cu) -------------------------------------------------
+void check_quantize_fp8_128x128(const at::Tensor& w);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_128x128_cuda(const at::Tensor& w,
+                                                                                     bool ue8m0);
+
 }  // namespace wgrad

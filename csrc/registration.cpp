@@ -48,6 +48,9 @@
 //                columns to a multiple of pad (16/32/64/128): q_t [C, K], K = floor((R + G (pad - 1)) / pad)
 //                * pad, scales [C, ceil(K/128) + G - 1], and padded_sizes int32 [G] (align_up(size, pad),
 //                the last one the rest of K): what the contiguous-K GEMM takes for any token counts.
+//   128x128(w) -> w [N, K] in 128 x 128 blocks (the weight cast of the FP8 layers): q [N, K] and q_t [K, N]
+//                contiguous (the same codes, transposed), scales [ceil(N/128), ceil(K/128)] and scales_t
+//                (its transpose) contiguous: the operands of fprop (x W^T) and dgrad (dY W).
 // ===================================================================================================
 
 #include <torch/library.h>
@@ -84,7 +87,11 @@ TORCH_LIBRARY(wgrad, m) {
   m.def(
       "quantize_fp8_1x128_colwise_segments_padded(Tensor x, Tensor sizes, int pad=32, bool ue8m0=False) -> "
       "(Tensor q_t, Tensor scales_t, Tensor padded_sizes)");
+  m.def(
+      "quantize_fp8_128x128(Tensor w, bool ue8m0=False) -> "
+      "(Tensor q, Tensor scales, Tensor q_t, Tensor scales_t)");
   m.def("_check_quantize_fp8_1x128(Tensor x) -> ()");
+  m.def("_check_quantize_fp8_128x128(Tensor w) -> ()");
   m.def("_check_quantize_fp8_1x128_segments(Tensor x, Tensor sizes) -> ()");
   m.def("_check_quantize_fp8_1x128_segments_padded(Tensor x, Tensor sizes, int pad) -> ()");
 }
@@ -100,6 +107,7 @@ void register_checks(torch::Library& m) {
   m.impl("_check_quantize_fp8_1x128", &wgrad::check_quantize_fp8_1x128);
   m.impl("_check_quantize_fp8_1x128_segments", &wgrad::check_quantize_fp8_1x128_segments);
   m.impl("_check_quantize_fp8_1x128_segments_padded", &wgrad::check_quantize_fp8_1x128_segments_padded);
+  m.impl("_check_quantize_fp8_128x128", &wgrad::check_quantize_fp8_128x128);
 }
 
 }  // namespace
@@ -118,6 +126,7 @@ TORCH_LIBRARY_IMPL(wgrad, CUDA, m) {
   m.impl("quantize_fp8_1x128_both", &wgrad::quantize_fp8_1x128_both_cuda);
   m.impl("quantize_fp8_1x128_colwise_segments", &wgrad::quantize_fp8_1x128_colwise_segments_cuda);
   m.impl("quantize_fp8_1x128_colwise_segments_padded", &wgrad::quantize_fp8_1x128_colwise_segments_padded_cuda);
+  m.impl("quantize_fp8_128x128", &wgrad::quantize_fp8_128x128_cuda);
 }
 
 // CPU kernels of the public ops are the reference math, registered from python/wgrad/_ops.py.

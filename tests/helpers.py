@@ -48,6 +48,13 @@ NO_SM90_REASON = "needs an SM90 GPU (compute capability 9.0)"
 GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not HAS_SM90, reason=NO_SM90_REASON)]
 
 
+def gpu(fn):
+    """Marks a test function as a GPU test (skipped cleanly without an SM90 GPU)."""
+    for mark in GPU_MARKS:
+        fn = mark(fn)
+    return fn
+
+
 def cuda_param(*values, id=None):
     return pytest.param(*values, marks=GPU_MARKS, id=id)
 

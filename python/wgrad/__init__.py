@@ -5,6 +5,7 @@ import torch  # noqa: F401  (loads libc10/libtorch, which _C links against)
 from . import _C  # noqa: F401  (loads the library: op schemas and CUDA kernels)
 from . import _ops  # noqa: F401  (CPU and fake kernels of the GEMM ops)
 from . import quant  # noqa: F401  (CPU and fake kernels of the quantization ops)
+from . import nn  # noqa: F401  (FP8 layers)
 from .api import (
     check_group_sizes,
     k_grouped_wgrad_gemm_fp8_fp8_fp32_nt,
@@ -18,6 +19,7 @@ from .quant import (
     quantize_fp8_1x128_colwise_segments,
     quantize_fp8_1x128_colwise_segments_padded,
     quantize_fp8_1x128_rowwise,
+    quantize_fp8_128x128,
 )
 from .scales import (
     align_up,
@@ -40,6 +42,7 @@ __all__ = [
     "quantize_fp8_1x128_colwise_segments",
     "quantize_fp8_1x128_colwise_segments_padded",
     "quantize_fp8_1x128_rowwise",
+    "quantize_fp8_128x128",
     "align_up",
     "empty_mn_major_scales",
     "k_block_capacity",

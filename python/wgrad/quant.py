@@ -46,6 +46,7 @@ _COLWISE = "quantize_fp8_1x128_colwise"
 _BOTH = "quantize_fp8_1x128_both"
 _SEGMENTS = "quantize_fp8_1x128_colwise_segments"
 _PADDED = "quantize_fp8_1x128_colwise_segments_padded"
+_BLOCKWISE = "quantize_fp8_128x128"
 _PADS = (16, 32, 64, 128)
 
 Q_T_ROW_ALIGN = 16  # q_t rows are TMA-ready: row stride a multiple of 16 bytes
@@ -120,6 +121,14 @@ def _padded_cpu(x, sizes, pad=32, ue8m0=False):
     q_ref, s_ref, padded = reference.quantize_fp8_1x128_colwise_segments_padded_reference(x, sizes.tolist(), pad,
                                                                                           ue8m0)
     return _q_t_holding(q_ref), _mn_major_copy(s_ref), torch.tensor(padded, dtype=torch.int32)
+
+
+@torch.library.register_kernel(f"{_LIB}::{_BLOCKWISE}", "cpu")
+def _blockwise_cpu(w, ue8m0=False):
+    torch.ops.wgrad._check_quantize_fp8_128x128(w)
+    q, s = reference.quantize_fp8_128x128_reference(w, ue8m0)
+    # (clone: for a single row or column the transposes are already contiguous views, and outputs never alias)
+    return q, s, q.t().clone(memory_format=torch.contiguous_format), s.t().clone(memory_format=torch.contiguous_format)
 
 
 # ------------------------------------------------------------------ fake kernels --------------------
@@ -202,6 +211,25 @@ def _padded_fake(x, sizes, pad=32, ue8m0=False):
     q_t = empty_q_t(k, x.shape[1], device=x.device)
     scales_t = empty_mn_major_scales(x.shape[1], k_block_capacity(k, sizes.shape[0]), device=x.device)
     return q_t, scales_t, torch.empty_like(sizes)
+
+
+@torch.library.register_fake(f"{_LIB}::{_BLOCKWISE}")
+def _blockwise_fake(w, ue8m0=False):
+    op = _BLOCKWISE
+    if w.dim() != 2:
+        _fail(op, f"w must be 2-D [N, K], got {w.dim()}-D {list(w.shape)}")
+    if w.dtype not in _X_DTYPES:
+        _fail(op, f"w must be bfloat16, float16 or float32, got {w.dtype}")
+    if not w.is_contiguous():
+        _fail(op, f"w must be contiguous (row-major [N, K]), got strides {w.stride()} for shape {list(w.shape)}")
+    rows, cols = w.shape
+    if num_k_blocks(rows) > 65535:
+        _fail(op, f"w must have at most {65535 * 128} rows, got {rows}")
+    nb, kb = num_k_blocks(rows), num_k_blocks(cols)
+    fp8 = dict(dtype=torch.float8_e4m3fn, device=w.device)
+    fp32 = dict(dtype=torch.float32, device=w.device)
+    return (torch.empty((rows, cols), **fp8), torch.empty((nb, kb), **fp32),
+            torch.empty((cols, rows), **fp8), torch.empty((kb, nb), **fp32))
 
 
 # ------------------------------------------------------------------ user-facing functions -----------
@@ -307,6 +335,19 @@ def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[tor
                                                                       ue8m0)
 
 
+def quantize_fp8_128x128(w: torch.Tensor, ue8m0: bool = False):
+    """A weight `w` [N, K] (bf16 / fp16 / fp32) in 128 x 128 blocks, both orientations from one read:
+    `(q, scales, q_t, scales_t)` with `q` [N, K] and `q_t` [K, N] float8_e4m3fn (contiguous; the same codes,
+    transposed), `scales` [ceil(N/128), ceil(K/128)] and `scales_t` (its transpose) float32, contiguous. These
+    are the layouts `torch._scaled_mm` takes for a 128x128-scaled operand: `q.t()` with `scales.t()` in
+    `x @ W^T`, `q_t.t()` with `scales_t.t()` in `dY @ W`. Numerics as the 1x128 casts (see `wgrad.reference.
+    quantize_fp8_128x128_reference`), an all-zero block gives zeros and a finite scale. A non-contiguous `w`
+    is copied first."""
+    if w.dim() != 2:
+        raise ValueError(f"w must be 2-D [N, K], got shape {tuple(w.shape)}")
+    return torch.ops.wgrad.quantize_fp8_128x128(w.contiguous(), ue8m0)
+
+
 def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """DeepGEMM's familiar name for the row-wise cast: `x` [m, n] -> (`q` [m, n] float8_e4m3fn,
     `scales` [m, ceil(n/128)] float32). Same bytes and scale values as DeepGEMM's PyTorch helper
@@ -323,4 +364,5 @@ __all__ = [
     "quantize_fp8_1x128_colwise_segments",
     "quantize_fp8_1x128_colwise_segments_padded",
     "quantize_fp8_1x128_rowwise",
+    "quantize_fp8_128x128",
 ]

@@ -205,3 +205,34 @@ def quantize_fp8_1x128_colwise_segments_padded_reference(x: torch.Tensor, sizes:
     scales_t = torch.zeros((cols, max(0, num_k_blocks(k) + len(sizes) - 1)), dtype=torch.float32)
     scales_t[:, : s_u.shape[1]] = s_u
     return q_t.view(torch.float8_e4m3fn), scales_t, padded
+
+
+def quantize_fp8_128x128_reference(w: torch.Tensor, ue8m0: bool = False):
+    """The 1x128 rule of `quantize_fp8_1x128_rowwise_reference` with the amax taken over 128 x 128 blocks of
+    `w` [N, K] (a weight): `q` [N, K] float8_e4m3fn (contiguous) and `scales` [ceil(N/128), ceil(K/128)]
+    float32, one per block (partial blocks at the edges count only their elements). Blocks holding NaN or
+    Inf get a NaN scale and NaN codes; all-zero blocks the finite scale 1e-4 / 448."""
+    assert w.dim() == 2, w.shape
+    rows, cols = w.shape
+    nb, kb = num_k_blocks(rows), num_k_blocks(cols)
+    wf = torch.zeros((nb * SCALE_BLOCK_K, kb * SCALE_BLOCK_K), dtype=torch.float32)
+    wf[:rows, :cols] = w.detach().to("cpu", torch.float32)
+    blocks = wf.view(nb, SCALE_BLOCK_K, kb, SCALE_BLOCK_K).permute(0, 2, 1, 3)  # [nb, kb, 128, 128]
+    a = blocks.abs()
+    a = torch.where(a <= torch.finfo(torch.float32).max, a, torch.full_like(a, float("inf")))
+    amax = a.amax(dim=(2, 3)) if nb * kb > 0 else torch.zeros((nb, kb), dtype=torch.float32)
+    scales = fp8_1x128_block_scales(amax, ue8m0)
+    r = _f32_full_like(scales, 1.0) / scales
+    t = torch.clamp(blocks * r[:, :, None, None], -FP8_E4M3_MAX, FP8_E4M3_MAX)
+    q = t.to(torch.float8_e4m3fn).view(torch.uint8)
+    q = torch.where(torch.isnan(scales)[:, :, None, None], torch.full_like(q, Q_NAN_BITS), q)
+    q = q.permute(0, 2, 1, 3).reshape(nb * SCALE_BLOCK_K, kb * SCALE_BLOCK_K)[:rows, :cols]
+    return q.contiguous().view(torch.float8_e4m3fn), scales
+
+
+def dequantize_128x128(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """float64 `q * s` for `q` [N, K] with one scale per 128 x 128 block, `s` [ceil(N/128), ceil(K/128)]."""
+    rows, cols = q.shape
+    assert s.shape == (num_k_blocks(rows), num_k_blocks(cols)), (tuple(s.shape), rows, cols)
+    expanded = s.double().repeat_interleave(SCALE_BLOCK_K, 0).repeat_interleave(SCALE_BLOCK_K, 1)
+    return q.double() * expanded[:rows, :cols]

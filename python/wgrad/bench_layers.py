@@ -1,0 +1,226 @@
+"""`python -m wgrad bench --layers`: forward + backward of the FP8 layers against their bf16 counterparts.
+
+Dense: `wgrad.nn.Fp8Linear` (weight gradient into `.grad`, and into an fp32 `main_grad` as Megatron runs it)
+against `nn.Linear` in bf16, on DeepSeek-V3 layer shapes at 8192 tokens. Grouped: `Fp8GroupedLinear` against
+the same experts in bf16 through `torch._grouped_mm` (autograd's own backward), 8 and 32 experts with uneven
+token counts. Per call: an L2 flush outside the timed region, CUDA events around forward + backward, the
+implementations interleaved call by call; medians. Columns: the speedup, a per-step breakdown of our layer
+(each step timed alone the same way), the activation bytes saved for backward, and the weight cast's
+bandwidth against a device copy of the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from . import quant
+from .nn import Fp8GroupedLinear, Fp8Linear
+from .nn import _recipe
+
+TOKENS = 8192
+# (in_features, out_features) of DeepSeek-V3 layers (hidden 7168): attention and MLP projections.
+DENSE_LAYER_SHAPES: List[Tuple[int, int]] = [
+    (7168, 2112), (7168, 24576), (16384, 7168), (7168, 18432), (18432, 7168), (1536, 24576),
+]
+# (experts, in_features, out_features, tokens): DeepSeek-V3 experts (7168 <-> 2048), 8 and 32 local experts,
+# 2048 and 512 tokens per expert on average, split unevenly.
+GROUPED_LAYER_SHAPES: List[Tuple[int, int, int, int]] = [
+    (8, 7168, 2048, 16384), (8, 2048, 7168, 16384), (32, 7168, 2048, 16384), (32, 2048, 7168, 16384),
+]
+L2_FLUSH_BYTES = 256 * 2**20
+DEFAULT_REPS = 15
+
+
+def uneven_split(total: int, groups: int, seed: int = 0) -> List[int]:
+    """`groups` token counts summing to `total`, uneven as a router makes them (lognormal weights, one expert
+    possibly empty)."""
+    g = torch.Generator().manual_seed(seed)
+    weights = torch.exp(torch.randn(groups, generator=g))
+    sizes = [int(v) for v in torch.floor(weights / weights.sum() * total).tolist()]
+    sizes[0] += total - sum(sizes)
+    return sizes
+
+
+def _events_ms(fn: Callable[[], object], flush: torch.Tensor) -> float:
+    flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def time_interleaved(fns: Dict[str, Callable[[], object]], reps: int, flush: torch.Tensor) -> Dict[str, float]:
+    """Median milliseconds of each call, the calls taken in turn so that all see the same machine."""
+    for fn in fns.values():
+        fn()
+        fn()
+    times: Dict[str, List[float]] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            times[name].append(_events_ms(fn, flush))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _train_step(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor, *args) -> Callable[[], None]:
+    def step():
+        x.grad = None
+        for p in layer.parameters():
+            p.grad = None
+        layer(x, *args).backward(dy)
+    return step
+
+
+@dataclass
+class LayerRow:
+    kind: str
+    label: str
+    ours_ms: float
+    ours_main_grad_ms: Optional[float]
+    bf16_ms: float
+    steps_ms: Dict[str, float] = field(default_factory=dict)
+    saved_bytes_ours: int = 0
+    saved_bytes_bf16: int = 0
+    weight_cast_pct_of_copy: Optional[float] = None
+    rel_error: Optional[float] = None
+
+    @property
+    def speedup(self) -> float:
+        return self.bf16_ms / self.ours_ms
+
+
+def _copy_ms(nbytes: int, flush: torch.Tensor, reps: int) -> Tuple[float, int]:
+    n = -(-(nbytes // 2) // 2**16) * 2**16
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return time_interleaved({"copy": lambda: dst.copy_(src)}, reps, flush)["copy"], 2 * n
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)).item()
+
+
+def bench_dense(in_f: int, out_f: int, tokens: int, reps: int, flush: torch.Tensor) -> LayerRow:
+    torch.manual_seed(0)
+    ref = nn.Linear(in_f, out_f, bias=False, dtype=torch.bfloat16, device="cuda")
+    ours = Fp8Linear.from_linear(ref)
+    ours_mg = Fp8Linear(in_f, out_f, bias=False, dtype=torch.bfloat16, device="cuda")
+    ours_mg.load_state_dict(ref.state_dict())
+    ours_mg.weight.main_grad = torch.zeros(ours_mg.weight.shape, device="cuda")
+    x = torch.randn(tokens, in_f, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(tokens, out_f, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        err = _rel(ours(x), ref(x))
+    times = time_interleaved({"ours": _train_step(ours, x, dy), "ours_mg": _train_step(ours_mg, x, dy),
+                              "bf16": _train_step(ref, x, dy)}, reps, flush)
+    # Each step of our layer alone (the weight cast is cached across micro-batches: shown, not in the step).
+    xd = x.detach()
+    w = ref.weight.detach()
+    w_q, w_s, w_q_t, w_s_t = quant.quantize_fp8_128x128(w)
+    x_q, x_s, x_q_t, x_s_t = quant.quantize_fp8_1x128_both(xd)
+    dy_q, dy_s, dy_q_t, dy_s_t = quant.quantize_fp8_1x128_both(dy)
+    grad = torch.zeros(w.shape, device="cuda")
+    steps = time_interleaved({
+        "weight cast": lambda: quant.quantize_fp8_128x128(w),
+        "x cast": lambda: quant.quantize_fp8_1x128_both(xd),
+        "fprop": lambda: _recipe.fp8_mm(x_q, x_s, w_q, w_s, torch.bfloat16),
+        "dy cast": lambda: quant.quantize_fp8_1x128_both(dy),
+        "dgrad": lambda: _recipe.fp8_mm(dy_q, dy_s, w_q_t, w_s_t, torch.bfloat16),
+        "wgrad": lambda: _recipe.accumulate_wgrad(dy_q_t, dy_s_t, x_q_t, x_s_t, grad),
+    }, reps, flush)
+    copy_ms, copy_bytes = _copy_ms(4 * w.numel(), flush, reps)
+    cast_bytes = 4 * w.numel() + 8 * w_s.numel()
+    cast_pct = 100.0 * (cast_bytes / steps["weight cast"]) / (copy_bytes / copy_ms)
+    saved = x_q_t.untyped_storage().nbytes() + x_s_t.untyped_storage().nbytes()
+    return LayerRow("dense", f"{in_f}->{out_f} x {tokens}", times["ours"], times["ours_mg"], times["bf16"], steps,
+                    saved, xd.numel() * 2, cast_pct, err)
+
+
+class _Bf16Experts(nn.Module):
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+
+    def forward(self, x, sizes):
+        return torch._grouped_mm(x, self.weight.transpose(-2, -1), offs=torch.cumsum(sizes, 0, dtype=torch.int32))
+
+
+def bench_grouped(experts: int, in_f: int, out_f: int, tokens: int, reps: int, flush: torch.Tensor) -> LayerRow:
+    torch.manual_seed(0)
+    split = uneven_split(tokens, experts, seed=experts)
+    sizes = torch.tensor(split, dtype=torch.int32, device="cuda")
+    ours = Fp8GroupedLinear(experts, in_f, out_f, dtype=torch.bfloat16, device="cuda")
+    ref = _Bf16Experts(ours.weight.detach().clone())
+    ours_mg = Fp8GroupedLinear(experts, in_f, out_f, dtype=torch.bfloat16, device="cuda")
+    ours_mg.load_state_dict(ours.state_dict())
+    ours_mg.weight.main_grad = torch.zeros(ours_mg.weight.shape, device="cuda")
+    x = torch.randn(tokens, in_f, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(tokens, out_f, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        err = _rel(ours(x, sizes), ref(x, sizes))
+    times = time_interleaved({"ours": _train_step(ours, x, dy, sizes), "ours_mg": _train_step(ours_mg, x, dy, sizes),
+                              "bf16": _train_step(ref, x, dy, sizes)}, reps, flush)
+    xd = x.detach()
+    w = ours.weight.detach()
+    offsets = torch.cumsum(sizes, 0, dtype=torch.int32)
+    x_q_t, x_s_t, padded = quant.quantize_fp8_1x128_colwise_segments_padded(xd, sizes, pad=32)
+    dy_q_t, dy_s_t, _ = quant.quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=32)
+    grad = torch.zeros(w.shape, device="cuda")
+    steps = time_interleaved({
+        "fprop (bf16)": lambda: torch._grouped_mm(xd, w.transpose(-2, -1), offs=offsets),
+        "x cast": lambda: quant.quantize_fp8_1x128_colwise_segments_padded(xd, sizes, pad=32),
+        "dgrad (bf16)": lambda: torch._grouped_mm(dy, w, offs=offsets),
+        "dy cast": lambda: quant.quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=32),
+        "wgrad": lambda: torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_q_t, dy_s_t, x_q_t,
+                                                                                         x_s_t, grad, padded),
+    }, reps, flush)
+    saved = x_q_t.untyped_storage().nbytes() + x_s_t.untyped_storage().nbytes()
+    return LayerRow("grouped", f"{experts} x {in_f}->{out_f} x {tokens}", times["ours"], times["ours_mg"],
+                    times["bf16"], steps, saved, xd.numel() * 2, None, err)
+
+
+def run_layers(reps: int = DEFAULT_REPS, dense: Sequence[Tuple[int, int]] = DENSE_LAYER_SHAPES,
+               grouped: Sequence[Tuple[int, int, int, int]] = GROUPED_LAYER_SHAPES, tokens: int = TOKENS,
+               progress: Callable[[str], None] = lambda s: None) -> List[LayerRow]:
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+    rows = []
+    for in_f, out_f in dense:
+        rows.append(bench_dense(in_f, out_f, tokens, reps, flush))
+        progress(format_row(rows[-1]))
+        torch.cuda.empty_cache()
+    for experts, in_f, out_f, t in grouped:
+        rows.append(bench_grouped(experts, in_f, out_f, t, reps, flush))
+        progress(format_row(rows[-1]))
+        torch.cuda.empty_cache()
+    return rows
+
+
+def format_row(r: LayerRow) -> str:
+    steps = ", ".join(f"{k} {v:.3f}" for k, v in r.steps_ms.items())
+    cast = f", weight cast {r.weight_cast_pct_of_copy:.1f} % of copy" if r.weight_cast_pct_of_copy else ""
+    return (f"{r.kind} {r.label}: ours {r.ours_ms:.3f} ms (main_grad {r.ours_main_grad_ms:.3f}), bf16 "
+            f"{r.bf16_ms:.3f} ms, x{r.speedup:.2f}; saved activations {r.saved_bytes_ours / 2**20:.1f} MiB vs "
+            f"{r.saved_bytes_bf16 / 2**20:.1f} MiB{cast}; steps (ms): {steps}; rel. diff to bf16 {r.rel_error:.2e}")
+
+
+def layers_table(rows: Sequence[LayerRow]) -> str:
+    head = ("| layer | FP8 fwd+bwd (ms) | with main_grad (ms) | bf16 (ms) | speedup | saved activations FP8 / bf16 "
+            "(MiB) | weight cast (% of copy) |")
+    lines = [head, "|" + "---|" * 7]
+    for r in rows:
+        cast = f"{r.weight_cast_pct_of_copy:.1f}" if r.weight_cast_pct_of_copy is not None else "-"
+        lines.append(f"| {r.kind} {r.label} | {r.ours_ms:.3f} | {r.ours_main_grad_ms:.3f} | {r.bf16_ms:.3f} | "
+                     f"{r.speedup:.2f} | {r.saved_bytes_ours / 2**20:.1f} / {r.saved_bytes_bf16 / 2**20:.1f} | {cast} |")
+    for kind in ("dense", "grouped"):
+        sel = [r.speedup for r in rows if r.kind == kind]
+        if sel:
+            lines.append(f"\n{kind}: geomean speedup {math.exp(sum(map(math.log, sel)) / len(sel)):.3f}")
+    return "\n".join(lines)

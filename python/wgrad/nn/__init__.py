@@ -1,0 +1,8 @@
+"""FP8 training layers over wgrad's kernels: `Fp8Linear` and `Fp8GroupedLinear` (see `wgrad.nn.functional`
+for the recipe and what runs where)."""
+
+from . import functional
+from .functional import fp8_grouped_linear, fp8_linear
+from .modules import Fp8GroupedLinear, Fp8Linear
+
+__all__ = ["Fp8GroupedLinear", "Fp8Linear", "fp8_grouped_linear", "fp8_linear", "functional"]

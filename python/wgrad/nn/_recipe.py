@@ -1,0 +1,131 @@
+"""The pieces of the FP8 recipe the layers share: the device check, the cached weight cast, the FP8 GEMM with
+bf16 (or fp16 / fp32) output for fprop and dgrad, and the weight-gradient accumulation into fp32.
+
+Recipe (DeepSeek-V3): activations and output gradients in 1x128 blocks along the reduced dimension, weights
+in 128x128 blocks. fprop `y = x W^T` and dgrad `dX = dY W` run on cuBLAS through `torch._scaled_mm`; wgrad
+`dW = dY^T x` runs on wgrad's own kernel and accumulates in fp32.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+from .. import reference
+from ..quant import quantize_fp8_128x128
+
+FP8 = torch.float8_e4m3fn
+FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# TMA rows and cuBLAS FP8 operands are 16-byte aligned: feature counts are multiples of 16.
+FEATURE_MULTIPLE = 16
+
+_SM90: Dict[int, Optional[str]] = {}
+
+
+def check_device(op: str, t: torch.Tensor) -> None:
+    """CPU (the reference paths) or an SM90 GPU; any other GPU gets a clear error."""
+    if t.device.type == "cpu":
+        return
+    if t.device.type != "cuda":
+        raise RuntimeError(f"{op}: runs on the CPU or on an SM90 GPU, got a tensor on {t.device}")
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    if index not in _SM90:
+        major, minor = torch.cuda.get_device_capability(index)
+        name = torch.cuda.get_device_name(index)
+        _SM90[index] = None if (major, minor) == (9, 0) else (
+            f"{op}: needs an SM90 GPU (H100/H200/H800, compute capability 9.0); cuda:{index} is {name} with "
+            f"compute capability {major}.{minor}")
+    if _SM90[index] is not None:
+        raise RuntimeError(_SM90[index])
+
+
+def check_features(op: str, name: str, value: int) -> None:
+    if value <= 0 or value % FEATURE_MULTIPLE != 0:
+        raise ValueError(f"{op}: {name} must be a positive multiple of {FEATURE_MULTIPLE} (16-byte FP8 rows), "
+                         f"got {value}")
+
+
+def _uncached() -> bool:
+    # While torch.compile traces or a CUDA graph captures, the cast is part of the graph: a cached result
+    # would be a constant of the trace, or a tensor of the graph's private pool that replays overwrite.
+    if torch.compiler.is_compiling():
+        return True
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+_WEIGHT_CACHE: "WeakIdKeyDictionary" = WeakIdKeyDictionary()
+
+
+def quantized_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`quantize_fp8_128x128(weight)`, cached per weight version: the micro-batches of one optimizer step cast
+    the weight once, and any in-place update (an optimizer step, `copy_`, `load_state_dict`) bumps
+    `weight._version`, so a stale cast is never served. A new storage (`weight.data = ...`) misses too."""
+    if _uncached():
+        return quantize_fp8_128x128(weight.detach())
+    key = (weight._version, weight.data_ptr(), weight.dtype, weight.device, tuple(weight.shape))
+    hit = _WEIGHT_CACHE.get(weight)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    value = quantize_fp8_128x128(weight.detach())
+    _WEIGHT_CACHE[weight] = (key, value)
+    return value
+
+
+def _outer_major_scales(s: torch.Tensor) -> torch.Tensor:
+    """1x128 scales [M, kb] with strides exactly (1, M), as cuBLAS takes them: the casts write (1, align_up(M,
+    4)), the same memory whenever M % 4 == 0; otherwise a copy of M * kb floats."""
+    m, kb = s.shape
+    if s.stride(0) == 1 and (s.stride(1) == m or kb == 1):
+        return s
+    out = torch.empty((kb, m), dtype=torch.float32, device=s.device).t()
+    out.copy_(s)
+    return out
+
+
+def fp8_mm(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
+           out_dtype: torch.dtype) -> torch.Tensor:
+    """`(a * sa) @ (b * sb)^T` with `a` [M, K] e4m3 in 1x128 blocks along K (scales `sa` [M, ceil(K/128)]) and
+    `b` [N, K] e4m3 contiguous in 128x128 blocks (`sb` [ceil(N/128), ceil(K/128)] contiguous), [M, N] in
+    `out_dtype`. On CUDA: cuBLAS through `torch._scaled_mm`. On the CPU: the float64 product of the dequantized
+    operands, rounded once to `out_dtype` (the reference of the recipe)."""
+    if a.shape[0] == 0:
+        return torch.empty((0, b.shape[0]), dtype=out_dtype, device=a.device)
+    if a.is_cuda:
+        return torch._scaled_mm(a, b.t(), scale_a=_outer_major_scales(sa), scale_b=sb.t(), out_dtype=out_dtype)
+    product = reference.dequantize_1x128(a, sa) @ reference.dequantize_128x128(b, sb).t()
+    return product.to(out_dtype)
+
+
+def check_main_grad(op: str, weight: torch.Tensor, main_grad: torch.Tensor) -> None:
+    """Megatron's fp32 gradient-accumulation buffer: `weight.main_grad`, fp32, the weight's shape and device."""
+    if main_grad.dtype != torch.float32:
+        raise ValueError(f"{op}: weight.main_grad must be float32, got {main_grad.dtype}")
+    if tuple(main_grad.shape) != tuple(weight.shape):
+        raise ValueError(f"{op}: weight.main_grad must have the weight's shape {list(weight.shape)}, "
+                         f"got {list(main_grad.shape)}")
+    if main_grad.device != weight.device:
+        raise ValueError(f"{op}: weight.main_grad must be on {weight.device} like the weight, got {main_grad.device}")
+
+
+def accumulate_wgrad(dy_t: torch.Tensor, s_dy: torch.Tensor, x_t: torch.Tensor, s_x: torch.Tensor,
+                     out: torch.Tensor) -> None:
+    """`out += dy^T x` in fp32 from the column-wise casts of dy [T, N_out] and x [T, N_in] (K = T tokens). T a
+    multiple of 16: the dense kernel; any other T: the contiguous-K kernel with one group of T tokens."""
+    tokens = dy_t.shape[1]
+    if tokens == 0:
+        return
+    if tokens % 16 == 0:
+        torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt(dy_t, s_dy, x_t, s_x, out)
+    else:
+        sizes = torch.full((1,), tokens, dtype=torch.int32, device=dy_t.device)
+        torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_t, s_dy, x_t, s_x, out.unsqueeze(0),
+                                                                         sizes)
+
+
+def mark_added_to_main_grad(weight: torch.Tensor) -> None:
+    """Megatron's protocol: the gradient went into `main_grad`, `.grad` stays None. (Under torch.compile the
+    flag is not set: a traced backward cannot set attributes of a parameter.)"""
+    if not torch.compiler.is_compiling():
+        weight.grad_added_to_main_grad = True

@@ -1,0 +1,337 @@
+"""wgrad.nn.Fp8Linear and wgrad.nn.functional.fp8_linear.
+
+CPU: output and all three gradients against the float64 emulation of the recipe (tests/nn_reference.py),
+Megatron's main_grad protocol, the weight cache and its invalidation, state_dict compatibility with
+nn.Linear, torch.compile(fullgraph=True) of a train step, argument errors, NaN propagation.
+GPU: the same against the kernels (cuBLAS fprop/dgrad, wgrad's kernel), and a 2-layer MLP trained 300 steps
+with AdamW against its bf16 twin.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import nn_reference
+import wgrad
+from helpers import gpu, rel_frobenius
+from wgrad.nn import Fp8Linear, fp8_linear
+from wgrad.nn import _recipe
+
+
+def _data(tokens, in_f, out_f, dtype, *, seed=0, device="cpu", bias=True):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, in_f, generator=g).to(dtype)
+    w = (torch.randn(out_f, in_f, generator=g) / math.sqrt(in_f)).to(dtype)
+    b = torch.randn(out_f, generator=g).to(dtype) if bias else None
+    dy = torch.randn(tokens, out_f, generator=g).to(dtype)
+    move = (lambda t: None if t is None else t.to(device))
+    return move(x), move(w), move(b), move(dy)
+
+
+def _run(x, w, b, dy, *, main_grad=False):
+    """Forward and backward through fp8_linear; returns (y, dx, dw or main_grad, db, weight)."""
+    x = x.clone().requires_grad_(True)
+    weight = nn.Parameter(w.clone())
+    bias = nn.Parameter(b.clone()) if b is not None else None
+    if main_grad:
+        weight.main_grad = torch.zeros(w.shape, dtype=torch.float32, device=w.device)
+    y = fp8_linear(x, weight, bias)
+    y.backward(dy)
+    dw = weight.main_grad if main_grad else weight.grad
+    return y.detach(), x.grad, dw, (bias.grad if bias is not None else None), weight
+
+
+# Token counts: a multiple of 128, of 16 but not 128, and of neither (the contiguous-K wgrad path).
+CPU_CASES = [(256, 128, 256), (48, 256, 128), (33, 128, 144), (1, 16, 16)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", CPU_CASES)
+def test_cpu_matches_recipe(case, dtype):
+    x, w, b, dy = _data(*case, dtype, seed=sum(case))
+    y, dx, dw, db, weight = _run(x, w, b, dy)
+    y_ref, dx_ref, dw_ref, db_ref = nn_reference.linear(x, w, b, dy)
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-2)
+    torch.testing.assert_close(y, y_ref, **tol)
+    torch.testing.assert_close(dx, dx_ref, **tol)
+    # dW accumulates in fp32 and is then handed to autograd, which rounds it to the weight's dtype.
+    torch.testing.assert_close(dw, dw_ref.to(torch.float32).to(dtype), rtol=1e-6 if dtype == torch.float32 else 8e-3,
+                               atol=1e-6)
+    torch.testing.assert_close(db.double(), db_ref, rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=1e-4)
+    assert weight.grad.dtype == dtype and not hasattr(weight, "grad_added_to_main_grad")
+
+
+def test_cpu_leading_dims_and_shapes():
+    x, w, b, dy = _data(24, 64, 32, torch.float32, seed=3)
+    x3 = x.view(2, 3, 4, 64)
+    layer = Fp8Linear(64, 32)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.bias.copy_(b)
+    y = layer(x3)
+    assert y.shape == (2, 3, 4, 32)
+    torch.testing.assert_close(y.reshape(24, 32), nn_reference.linear(x, w, b, dy)[0], rtol=1e-6, atol=1e-6)
+    assert layer(x[0]).shape == (32,)
+
+
+def test_cpu_zero_tokens():
+    layer = Fp8Linear(32, 16)
+    x = torch.zeros(0, 32, requires_grad=True)
+    y = layer(x)
+    y.sum().backward()
+    assert y.shape == (0, 16) and x.grad.shape == (0, 32)
+    assert torch.all(layer.weight.grad == 0) and torch.all(layer.bias.grad == 0)
+
+
+def test_cpu_main_grad_accumulates_over_two_backwards():
+    x1, w, b, dy1 = _data(64, 128, 64, torch.float32, seed=4)
+    x2, _, _, dy2 = _data(64, 128, 64, torch.float32, seed=5)
+    weight = nn.Parameter(w.clone())
+    weight.main_grad = torch.full(w.shape, 0.25, dtype=torch.float32)
+    for x, dy in ((x1, dy1), (x2, dy2)):
+        fp8_linear(x, weight, None).backward(dy)
+    expected = 0.25 + nn_reference.linear(x1, w, None, dy1)[2] + nn_reference.linear(x2, w, None, dy2)[2]
+    torch.testing.assert_close(weight.main_grad, expected.float(), rtol=1e-6, atol=1e-6)
+    assert weight.grad is None and weight.grad_added_to_main_grad is True
+
+
+def test_cpu_main_grad_checked():
+    x, w, _, _ = _data(16, 32, 16, torch.float32)
+    weight = nn.Parameter(w.clone())
+    weight.main_grad = torch.zeros(w.shape, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="fp8_linear: weight.main_grad must be float32, got torch.bfloat16"):
+        fp8_linear(x, weight)
+    weight.main_grad = torch.zeros(16, 16)
+    with pytest.raises(ValueError, match="weight.main_grad must have the weight's shape \\[16, 32\\], got \\[16, 16\\]"):
+        fp8_linear(x, weight)
+
+
+def test_cpu_weight_cache_follows_in_place_updates(monkeypatch):
+    x, w, b, dy = _data(32, 64, 32, torch.float32, seed=6)
+    layer = Fp8Linear(64, 32)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.bias.copy_(b)
+    calls = []
+    real = _recipe.quantize_fp8_128x128
+    monkeypatch.setattr(_recipe, "quantize_fp8_128x128", lambda t: calls.append(1) or real(t))
+    y1 = layer(x)
+    y1b = layer(x)  # a second micro-batch of the same step: the cast is reused
+    assert len(calls) == 1 and torch.equal(y1, y1b)
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.1)
+    y1.sum().backward()
+    opt.step()  # an in-place update: the next forward must not see the old cast
+    y2 = layer(x)
+    assert len(calls) == 2
+    torch.testing.assert_close(y2, nn_reference.linear(x, layer.weight.detach(), layer.bias.detach(), dy)[0],
+                               rtol=1e-6, atol=1e-6)
+    layer.weight.data = layer.weight.data.clone()  # new storage, same version: a miss too
+    layer(x)
+    assert len(calls) == 3
+
+
+def test_cpu_state_dict_round_trip_with_nn_linear():
+    ref = nn.Linear(64, 48, dtype=torch.bfloat16)
+    layer = Fp8Linear(64, 48, dtype=torch.bfloat16)
+    layer.load_state_dict(ref.state_dict())
+    assert set(layer.state_dict()) == {"weight", "bias"}
+    back = nn.Linear(64, 48, dtype=torch.bfloat16)
+    back.load_state_dict(layer.state_dict())
+    assert torch.equal(back.weight, ref.weight) and torch.equal(back.bias, ref.bias)
+    layer(torch.randn(16, 64, dtype=torch.bfloat16))  # a cast is cached, and still never saved
+    assert set(layer.state_dict()) == {"weight", "bias"}
+    shared = Fp8Linear.from_linear(ref)
+    assert shared.weight is ref.weight and shared.bias is ref.bias and "in_features=64" in repr(shared)
+
+
+def test_cpu_frozen_parts_skip_their_gemms():
+    x, w, b, dy = _data(32, 64, 32, torch.float32, seed=7)
+    weight = nn.Parameter(w.clone(), requires_grad=False)
+    xr = x.clone().requires_grad_(True)
+    fp8_linear(xr, weight, None).backward(dy)
+    assert weight.grad is None
+    torch.testing.assert_close(xr.grad, nn_reference.linear(x, w, None, dy)[1], rtol=1e-6, atol=1e-6)
+    weight.requires_grad_(True)
+    fp8_linear(x, weight, None).backward(dy)  # x needs no gradient: wgrad only
+    torch.testing.assert_close(weight.grad, nn_reference.linear(x, w, None, dy)[2].float(), rtol=1e-6, atol=1e-6)
+
+
+def test_cpu_nan_propagates():
+    x, w, b, dy = _data(32, 128, 16, torch.float32, seed=8)
+    x[3, 5] = float("nan")
+    y, dx, dw, db, _ = _run(x, w, b, dy)
+    assert torch.isnan(y[3]).all() and torch.isfinite(y[torch.arange(32) != 3]).all()
+    assert torch.isnan(dw).any()
+
+
+BAD_CALLS = [
+    (lambda x, w: (x[:, :32], w, None), "fp8_linear: x must have in_features = 64 in its last dim, got shape \\(8, 32\\)"),
+    (lambda x, w: (x.int(), w, None), "fp8_linear: x must be bfloat16, float16 or float32, got torch.int32"),
+    (lambda x, w: (x, w.double(), None), "fp8_linear: weight must be bfloat16, float16 or float32, got torch.float64"),
+    (lambda x, w: (x, w[0], None), "fp8_linear: weight must be 2-D"),
+    (lambda x, w: (x, w, torch.zeros(5)), "fp8_linear: bias must have shape \\[32\\], got \\(5,\\)"),
+    (lambda x, w: (x[:, :40], w[:, :40], None), "in_features \\(weight.shape\\[1\\]\\) must be a positive multiple of 16"),
+]
+
+
+@pytest.mark.parametrize("bad", range(len(BAD_CALLS)))
+def test_cpu_bad_input_named(bad):
+    x, w, _, _ = _data(8, 64, 32, torch.float32)
+    make, msg = BAD_CALLS[bad]
+    with pytest.raises(ValueError, match=msg):
+        fp8_linear(*make(x, w))
+
+
+def test_constructor_checks_features():
+    with pytest.raises(ValueError, match="Fp8Linear: in_features must be a positive multiple of 16 .*, got 100"):
+        Fp8Linear(100, 32)
+    with pytest.raises(ValueError, match="Fp8Linear: out_features must be a positive multiple of 16 .*, got 8"):
+        Fp8Linear(32, 8)
+
+
+class _Mlp(nn.Module):
+    def __init__(self, dim, hidden, linear=Fp8Linear, dtype=torch.float32, device=None):
+        super().__init__()
+        self.up = linear(dim, hidden, dtype=dtype, device=device)
+        self.down = linear(hidden, dim, dtype=dtype, device=device)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def test_cpu_compile_fullgraph_train_step():
+    torch.manual_seed(0)
+    eager = _Mlp(64, 128)
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    x = torch.randn(48, 64)
+    for model, run in ((eager, eager), (compiled_model, compiled)):
+        loss = run(x).square().mean()
+        loss.backward()
+        model.loss = loss.detach()
+    torch.testing.assert_close(compiled_model.loss, eager.loss, rtol=1e-5, atol=1e-6)
+    for p_eager, p_compiled in zip(eager.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(p_compiled.grad, p_eager.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_cpu_compile_fullgraph_main_grad():
+    torch.manual_seed(1)
+    model = _Mlp(64, 128)
+    for p in (model.up.weight, model.down.weight):
+        p.main_grad = torch.zeros(p.shape)
+    eager = copy.deepcopy(model)
+    for p_e, p in zip((eager.up.weight, eager.down.weight), (model.up.weight, model.down.weight)):
+        p_e.main_grad = torch.zeros(p.shape)
+    x = torch.randn(32, 64)
+    torch.compile(model, fullgraph=True)(x).sum().backward()
+    eager(x).sum().backward()
+    for p_e, p in zip((eager.up.weight, eager.down.weight), (model.up.weight, model.down.weight)):
+        assert p.grad is None
+        torch.testing.assert_close(p.main_grad, p_e.main_grad, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ GPU ---------------------------------
+
+# DeepSeek-V3-like and awkward token counts; features multiples of 16 (and not of 128).
+GPU_CASES = [(512, 7168, 2112), (256, 1536, 512), (1000, 256, 384), (33, 144, 400), (4096, 2048, 7168)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("case", GPU_CASES)
+@gpu
+def test_gpu_matches_recipe(case, dtype):
+    x, w, b, dy = _data(*case, dtype, seed=sum(case))
+    y, dx, dw, db, _w = _run(*(t.cuda() for t in (x, w, b, dy)), main_grad=True)
+    y_ref, dx_ref, dw_ref, db_ref = nn_reference.linear(x, w, b, dy)
+    # cuBLAS accumulates the FP8 products in fp32 and rounds to bf16 (or fp32) once; wgrad's kernel matches
+    # the float64 product to ~1e-4 (its promotion every 128 tokens).
+    out_tol = 2e-3 if dtype == torch.bfloat16 else 1e-5
+    assert rel_frobenius(y.cpu(), y_ref) <= out_tol
+    assert rel_frobenius(dx.cpu(), dx_ref) <= out_tol
+    assert rel_frobenius(dw.cpu(), dw_ref) <= 2e-4
+    assert rel_frobenius(db.cpu(), db_ref) <= (1e-2 if dtype == torch.bfloat16 else 1e-5)
+
+
+@gpu
+def test_gpu_two_backwards_into_main_grad_and_cache():
+    x1, w, b, dy1 = _data(256, 512, 256, torch.bfloat16, seed=11)
+    x2, _, _, dy2 = _data(256, 512, 256, torch.bfloat16, seed=12)
+    layer = Fp8Linear(512, 256, dtype=torch.bfloat16, device="cuda")
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.bias.copy_(b)
+    layer.weight.main_grad = torch.zeros(w.shape, device="cuda")
+    for x, dy in ((x1, dy1), (x2, dy2)):
+        layer(x.cuda()).backward(dy.cuda())
+    expected = nn_reference.linear(x1, w, b, dy1)[2] + nn_reference.linear(x2, w, b, dy2)[2]
+    assert rel_frobenius(layer.weight.main_grad.cpu(), expected) <= 2e-4
+    assert layer.weight.grad is None and layer.weight.grad_added_to_main_grad
+    with torch.no_grad():
+        layer.weight.mul_(-1)
+    y = layer(x1.cuda())
+    assert rel_frobenius(y.cpu().float(), nn_reference.linear(x1, -w, b, dy1)[0].float()) <= 2e-3
+
+
+@gpu
+def test_gpu_cuda_graph_replays_with_new_weights():
+    layer = Fp8Linear(256, 128, dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm-up outside the graph
+            layer(x).sum().backward()
+    torch.cuda.current_stream().wait_stream(stream)
+    layer.weight.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = layer(x)
+        y.sum().backward()
+    with torch.no_grad():
+        layer.weight.add_(0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = nn_reference.linear(x.detach().cpu(), layer.weight.detach().cpu(), layer.bias.detach().cpu(),
+                                   torch.ones(64, 128, dtype=torch.bfloat16))[0]
+    assert rel_frobenius(y.detach().cpu().float(), expected.float()) <= 2e-3
+
+
+def _train(model, data, steps, lr=1e-3):
+    torch.manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for step in range(steps):
+        x, target = data[step % len(data)]
+        loss = torch.nn.functional.mse_loss(model(x).float(), target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@gpu
+def test_gpu_mlp_trains_like_bf16():
+    torch.manual_seed(0)
+    dim, hidden = 256, 1024
+    teacher = _Mlp(dim, hidden, linear=nn.Linear, device="cuda")
+    data = []
+    for _step in range(16):
+        x = torch.randn(512, dim, device="cuda")
+        with torch.no_grad():
+            data.append((x.bfloat16(), teacher(x) + 0.01 * torch.randn(512, dim, device="cuda")))
+    torch.manual_seed(1)
+    bf16 = _Mlp(dim, hidden, linear=nn.Linear, dtype=torch.bfloat16, device="cuda")
+    fp8 = _Mlp(dim, hidden, dtype=torch.bfloat16, device="cuda")
+    fp8.load_state_dict(bf16.state_dict())
+    loss_bf16 = _train(bf16, data, 300)
+    loss_fp8 = _train(fp8, data, 300)
+    assert loss_bf16[-1] < 0.5 * loss_bf16[0]  # the task is learnt at all
+    final_bf16 = sum(loss_bf16[-10:]) / 10
+    final_fp8 = sum(loss_fp8[-10:]) / 10
+    assert abs(final_fp8 - final_bf16) <= 0.02 * final_bf16, (final_fp8, final_bf16)
