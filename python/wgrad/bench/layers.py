@@ -1,4 +1,4 @@
-"""`python -m wgrad bench --layers`: forward + backward of the FP8 layers against their bf16 counterparts.
+"""The layers suite (`python -m wgrad bench --layers`): forward + backward of the FP8 layers against their bf16 counterparts.
 
 Dense: `wgrad.nn.Fp8Linear` (weight gradient into `.grad`, and into an fp32 `main_grad` as Megatron runs it)
 against `nn.Linear` in bf16, on DeepSeek-V3 layer shapes at 8192 tokens. Grouped: `Fp8GroupedLinear` against
@@ -11,6 +11,8 @@ bandwidth against a device copy of the same bytes.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -19,9 +21,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from . import quant
-from .nn import Fp8GroupedLinear, Fp8Linear
-from .nn import _recipe
+from .. import quant
+from ..nn import Fp8GroupedLinear, Fp8Linear
+from ..nn import _recipe
+from .common import ProgressFn
+from .suite import Suite, SuiteRun
 
 TOKENS = 8192
 # (in_features, out_features) of DeepSeek-V3 layers (hidden 7168): attention and MLP projections.
@@ -35,6 +39,9 @@ GROUPED_LAYER_SHAPES: List[Tuple[int, int, int, int]] = [
 ]
 L2_FLUSH_BYTES = 256 * 2**20
 DEFAULT_REPS = 15
+# Our layer's output against the bf16 layer's, relative Frobenius: the FP8 casts of x and W (e4m3, 1x128 and
+# 128x128 blocks) put it near 3e-2; a broken layer is far off.
+MAX_REL_DIFF_TO_BF16 = 0.1
 
 
 def uneven_split(total: int, groups: int, seed: int = 0) -> List[int]:
@@ -189,9 +196,11 @@ def bench_grouped(experts: int, in_f: int, out_f: int, tokens: int, reps: int, f
 
 def run_layers(reps: int = DEFAULT_REPS, dense: Sequence[Tuple[int, int]] = DENSE_LAYER_SHAPES,
                grouped: Sequence[Tuple[int, int, int, int]] = GROUPED_LAYER_SHAPES, tokens: int = TOKENS,
-               progress: Callable[[str], None] = lambda s: None) -> List[LayerRow]:
+               progress: Callable[[str], None] = lambda s: None,
+               out: Optional[List[LayerRow]] = None) -> List[LayerRow]:
+    """Every dense and grouped row; rows are appended to `out` (a new list by default) as they are made."""
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-    rows = []
+    rows = out if out is not None else []
     for in_f, out_f in dense:
         rows.append(bench_dense(in_f, out_f, tokens, reps, flush))
         progress(format_row(rows[-1]))
@@ -224,3 +233,39 @@ def layers_table(rows: Sequence[LayerRow]) -> str:
         if sel:
             lines.append(f"\n{kind}: geomean speedup {math.exp(sum(map(math.log, sel)) / len(sel)):.3f}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the suite -----------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--layers", action="store_true",
+                        help="forward + backward of wgrad.nn.Fp8Linear and Fp8GroupedLinear against bf16 layers "
+                             "(wgrad.bench.layers)")
+
+
+class LayersRun(SuiteRun):
+    def __init__(self, args: argparse.Namespace, by_default: bool):
+        self.wanted = bool(args.layers)
+        self.rows: List[LayerRow] = []
+
+    def run(self, args: argparse.Namespace, progress: ProgressFn) -> None:
+        run_layers(reps=args.reps, progress=progress, out=self.rows)
+
+    def report(self) -> List[str]:
+        if not self.wanted:
+            return []
+        return ["", "layers (forward + backward)", layers_table(self.rows) if self.rows else "(no rows)"]
+
+    def json(self):
+        return dict(layers=[dict(dataclasses.asdict(r), speedup=r.speedup) for r in self.rows])
+
+    def failed_count(self) -> int:
+        return sum(1 for r in self.rows if not (r.rel_error is not None and r.rel_error <= MAX_REL_DIFF_TO_BF16))
+
+    def failure_lines(self) -> List[str]:
+        return [f"FAIL: layers {r.kind} {r.label}: relative difference to bf16 {r.rel_error}" for r in self.rows
+                if not (r.rel_error is not None and r.rel_error <= MAX_REL_DIFF_TO_BF16)]
+
+
+SUITE = Suite("layers", add_arguments, lambda args: bool(args.layers), LayersRun)

@@ -1,0 +1,38 @@
+"""The layers suite of the benchmark (`python -m wgrad bench --layers`), without a GPU: its wiring into the
+command line, the token split, the table and the check."""
+
+from __future__ import annotations
+
+import pytest
+
+from wgrad.bench import cli, layers
+
+
+def test_layers_option_plans_only_the_layers():
+    runs = cli.plan_from_args(cli.build_parser().parse_args(["--layers"]))
+    assert runs["layers"].wanted and not runs["quant"].wanted
+    runs = cli.plan_from_args(cli.build_parser().parse_args([]))
+    assert not runs["layers"].wanted
+
+
+@pytest.mark.parametrize("groups,total", [(8, 16384), (32, 16384), (3, 7)])
+def test_uneven_split(groups, total):
+    sizes = layers.uneven_split(total, groups, seed=groups)
+    assert len(sizes) == groups and sum(sizes) == total and min(sizes) >= 0
+    assert max(sizes) > 1.5 * total / groups  # uneven, as a router makes them
+
+
+def _row(kind, ours, bf16, err=0.03):
+    return layers.LayerRow(kind, "7168->2112 x 8192", ours, ours * 1.05, bf16, {"fprop": 0.1}, 100 * 2**20,
+                           200 * 2**20, 90.0 if kind == "dense" else None, err)
+
+
+def test_table_and_check():
+    rows = [_row("dense", 1.0, 1.5), _row("dense", 2.0, 2.4), _row("grouped", 1.0, 1.0, err=0.5)]
+    table = layers.layers_table(rows)
+    assert "| dense 7168->2112 x 8192 | 1.000 | 1.050 | 1.500 | 1.50 | 100.0 / 200.0 | 90.0 |" in table
+    assert "dense: geomean speedup 1.342" in table and "grouped: geomean speedup 1.000" in table
+    run = layers.LayersRun(cli.build_parser().parse_args(["--layers"]), False)
+    run.rows = rows
+    assert run.failed_count() == 1 and "relative difference to bf16 0.5" in run.failure_lines()[0]
+    assert [r["speedup"] for r in run.json()["layers"]] == pytest.approx([1.5, 1.2, 1.0])
