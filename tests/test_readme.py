@@ -65,3 +65,20 @@ def test_readme_block_compiles_to_one_graph():
         env["k"] = step(env["x"], env["dy"], env["main_grad"], env["sizes"], env["out"])
 
     _check_recipe(run)
+
+
+def _standalone_blocks():
+    """The README's python blocks that stand on their own (they import what they use)."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    return [b for b in blocks if b.startswith("import ")]
+
+
+def test_readme_standalone_blocks_run():
+    blocks = _standalone_blocks()
+    assert len(blocks) >= 2, "the GEMM quickstart and the layers' block"
+    for block in blocks:
+        env = {}
+        exec(compile(block, str(README), "exec"), env)
+    # The layers' block: main_grad received the weight gradient, the experts' weights theirs.
+    assert env["layer"].weight.grad is None and env["layer"].weight.main_grad.abs().sum() > 0
+    assert env["experts"].weight.grad.shape == (8, 128, 256) and torch.all(env["experts"].weight.grad[1] == 0)
