@@ -161,6 +161,25 @@ def test_cpu_frozen_parts_skip_their_gemms():
     torch.testing.assert_close(weight.grad, nn_reference.linear(x, w, None, dy)[2].float(), rtol=1e-6, atol=1e-6)
 
 
+def test_cpu_inference_casts_x_once_row_wise(monkeypatch):
+    import wgrad.nn.functional as functional
+
+    x, w, b, dy = _data(32, 64, 32, torch.float32, seed=9)
+    layer = Fp8Linear(64, 32)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.bias.copy_(b)
+    both = []
+    real = functional.quantize_fp8_1x128_both
+    monkeypatch.setattr(functional, "quantize_fp8_1x128_both", lambda t: both.append(1) or real(t))
+    with torch.no_grad():
+        y = layer(x)
+    assert not both and not y.requires_grad
+    torch.testing.assert_close(y, nn_reference.linear(x, w, b, dy)[0], rtol=1e-6, atol=1e-6)
+    layer(x)
+    assert len(both) == 1
+
+
 def test_cpu_nan_propagates():
     x, w, b, dy = _data(32, 128, 16, torch.float32, seed=8)
     x[3, 5] = float("nan")

@@ -123,7 +123,15 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     _recipe.check_device(op, x)
     lead = x.shape[:-1]
     x2 = x.reshape(math.prod(lead), in_features)
-    y = _Fp8Linear.apply(x2, weight, bias, _main_grad_of(op, weight))
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                    (bias is not None and bias.requires_grad)):
+        y = _Fp8Linear.apply(x2, weight, bias, _main_grad_of(op, weight))
+    else:  # inference: fprop alone, no column-wise copy of x for a backward that will not run
+        w_q, w_s, _, _ = _recipe.quantized_weight(weight)
+        x_q, x_s = quantize_fp8_1x128_rowwise(x2)
+        y = _recipe.fp8_mm(x_q, x_s, w_q, w_s, x.dtype)
+        if bias is not None:
+            y = y + bias.to(y.dtype)
     return y.reshape(*lead, out_features)
 
 
