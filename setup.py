@@ -23,15 +23,15 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
 
-# Every translation unit of the extension. Host entries (ATen) live in csrc/*.cpp|cu; device code
-# lives in csrc/kernels/ and never includes ATen.
+# Every translation unit of the extension. Host entries (ATen) live in csrc/ (registration, checks),
+# csrc/common/, csrc/gemm/ and csrc/quant/; device code lives in csrc/kernels/ and never includes ATen.
 SOURCES = [
     "csrc/registration.cpp",
     "csrc/checks.cpp",
-    "csrc/gemm_dense.cu",
-    "csrc/gemm_grouped_packed.cu",
-    "csrc/gemm_grouped_contiguous.cu",
-    "csrc/quantize.cu",
+    "csrc/gemm/dense.cu",
+    "csrc/gemm/grouped_packed.cu",
+    "csrc/gemm/grouped_contiguous.cu",
+    "csrc/quant/quantize.cu",
 ]
 
 # Torch-free C++ tests (GoogleTest), built by CMake only.

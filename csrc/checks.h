@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/layout.h"
+#include "kernels/common/layout.h"
 
 namespace wgrad {
 

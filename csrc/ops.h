@@ -19,7 +19,7 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, 
                                                            const at::Tensor& b, const at::Tensor& sb,
                                                            const at::Tensor& out, const at::Tensor& ks);
 
-// ---- SM90 GEMMs (gemm_dense.cu, gemm_grouped.cu) -------------------------------------------------------
+// ---- SM90 GEMMs (gemm/dense.cu, gemm/grouped_*.cu) -------------------------------------------------------
 void wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
                                      const at::Tensor& sb, const at::Tensor& out);
 void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Tensor& sa,
@@ -29,7 +29,7 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(const at::Tensor& a, c
                                                           const at::Tensor& b, const at::Tensor& sb,
                                                           const at::Tensor& out, const at::Tensor& ks);
 
-// ---- quantization (quantize.cu) ---------------------------------------------------------------------
+// ---- quantization (quant/quantize.cu) ---------------------------------------------------------------------
 void check_quantize_fp8_1x128(const at::Tensor& x);
 void check_quantize_fp8_1x128_segments(const at::Tensor& x, const at::Tensor& sizes);
 void check_quantize_fp8_1x128_segments_padded(const at::Tensor& x, const at::Tensor& sizes, int64_t pad);

@@ -5,9 +5,9 @@
 #include <tuple>
 #include <utility>
 
-#include "kernels/mma_atoms.h"
-#include "kernels/tile_config.h"
-#include "kernels/tile_scheduler.h"
+#include "kernels/gemm/mma_atoms.h"
+#include "kernels/gemm/tile_config.h"
+#include "kernels/gemm/tile_scheduler.h"
 
 namespace {
 

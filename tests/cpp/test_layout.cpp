@@ -1,5 +1,5 @@
 // \brief Tests of csrc/kernels/layout.h: the index math of the operand contract (torch-free).
-#include "kernels/layout.h"
+#include "kernels/common/layout.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/segment_order.h"
+#include "kernels/quant/segment_order.h"
 
 namespace {
 

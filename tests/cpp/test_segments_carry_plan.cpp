@@ -4,7 +4,7 @@
 // ranges meet in it (or in the last sector of a row whose pitch is not a multiple of 32); each stored byte
 // comes from the ring (produced by the current run of contiguous tiles, at most a ring's length back); and
 // a thread's rows cover the block once, each byte landing at the block's own q_t column.
-#include "kernels/segments_carry_plan.h"
+#include "kernels/quant/segments_carry_plan.h"
 
 #include "bench_split.h"
 

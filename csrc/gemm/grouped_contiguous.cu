@@ -2,7 +2,7 @@
 //
 // One descriptor covers [rows, K_total]; the kernel reads the int32 group sizes from device memory,
 // validates them and walks (group, tile) pairs: no host synchronisation, capturable in a CUDA graph.
-#include "gemm_common.h"
+#include "gemm/launch.h"
 #include "ops.h"
 
 namespace wgrad {

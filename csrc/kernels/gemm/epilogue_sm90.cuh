@@ -17,9 +17,9 @@
 
 #include <cuda.h>
 
-#include "named_barriers.h"
-#include "tile_config.h"
-#include "tile_scheduler.h"
+#include "kernels/common/named_barriers.h"
+#include "kernels/gemm/tile_config.h"
+#include "kernels/gemm/tile_scheduler.h"
 
 namespace wgrad {
 

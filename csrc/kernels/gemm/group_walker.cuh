@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "layout.h"
-#include "tile_scheduler.h"
+#include "kernels/common/layout.h"
+#include "kernels/gemm/tile_scheduler.h"
 
 namespace wgrad {
 

@@ -1,7 +1,7 @@
 // \brief Torch-free device code of the FP8 1x128 quantization: the parameters every kernel takes, the
 // generic tile kernel (any alignment, any C: the path of inputs the vector kernels cannot take), and the
-// segment-table kernel of the MoE path. The fast kernels: quantize_rowwise.cuh (row-wise) and
-// quantize_colwise_sm90.cuh (column-wise, both, segments). Numerics: quantize_numerics.cuh.
+// segment-table kernel of the MoE path. The fast kernels: rowwise.cuh (row-wise) and
+// colwise_sm90.cuh (column-wise, both, segments). Numerics: numerics.cuh.
 //
 // Generic tile kernel: one CTA quantizes a 128 x 128 tile of x [R, C] (row-major). Each thread holds 4
 // consecutive rows x 8 consecutive columns, so that
@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
-#include "layout.h"
-#include "quantize_numerics.cuh"
+#include "kernels/common/layout.h"
+#include "kernels/quant/numerics.cuh"
 
 namespace wgrad::quant {
 

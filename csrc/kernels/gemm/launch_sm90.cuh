@@ -1,6 +1,6 @@
 // \brief Host side of the SM90 wgrad GEMM, torch-free: TMA descriptors of the operands and the launch
-// of the persistent kernel for a chosen BLOCK_N. Included by the host entries gemm_dense.cu and
-// gemm_grouped.cu, which instantiate it for their modes.
+// of the persistent kernel for a chosen BLOCK_N. Included by the host entries gemm/dense.cu and
+// gemm/grouped_*.cu, which instantiate it for their modes.
 #pragma once
 
 #include <cuda.h>
@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/kernel_sm90.cuh"
-#include "kernels/layout.h"
-#include "kernels/tile_config.h"
-#include "kernels/tma_descriptor.h"
+#include "kernels/gemm/kernel_sm90.cuh"
+#include "kernels/common/layout.h"
+#include "kernels/gemm/tile_config.h"
+#include "kernels/common/tma_descriptor.h"
 
 namespace wgrad {
 

@@ -1,4 +1,4 @@
-// \brief Torch-free, CUDA-free plan of the carried-sectors segments kernel (quantize_segments_carry.cuh):
+// \brief Torch-free, CUDA-free plan of the carried-sectors segments kernel (segments_carry.cuh):
 // which rows of a block a thread holds, the walk of a CTA's range, and which q_t bytes each tile stores,
 // whole sectors or bytes. Shared by the kernel and the C++ tests, which replay every CTA's walk and check
 // that each byte of q_t is stored once and that only sectors two ranges share are stored in parts.
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "layout.h"
+#include "kernels/common/layout.h"
 
 namespace wgrad::quant {
 

@@ -9,7 +9,7 @@
 // sector is written once and whole, in this kernel's order; the TMA kernel's unaligned segments cast ran
 // at 64-74 %.
 // Status: the automatic choice for two or more segments, R >= 4096, >= 256 rows per segment, C >= 2048 and
-// R x C >= 2^24 (carry_kernel_by_default; the knob WGRAD_SEGMENT_KERNEL in quantize.cu forces either kernel).
+// R x C >= 2^24 (carry_kernel_by_default; the knob WGRAD_SEGMENT_KERNEL in quant/quantize.cu forces either kernel).
 // Since session 30 (fewer instructions per tile) it beats or ties the TMA kernel on every such split cast
 // measured, 4096-16384 rows x 2112-24576 features (session 33, 8 unaligned segments: 71-84 % of a copy
 // against the TMA kernel's 63-74; session 34's dynamic tail: 70-83; docs/perf-notes.md, sessions 28-34). Tile shapes (WGRAD_CARRY_TILE,
@@ -28,7 +28,7 @@
 //      8 m .. 8 m + 7 of kRowsPerThread = 8 (or 4) rows of the block, chosen so that their bytes make one
 //      aligned group of q_t (carry_block_row; issued during the tile before);
 //   2. column maxima: in registers over the thread's rows, shuffles, then the warps through shared memory;
-//      kTileCols threads turn them into the block's scales (the numerics of quantize_numerics.cuh);
+//      kTileCols threads turn them into the block's scales (the numerics of numerics.cuh);
 //   3. quantize, transpose 4 x 4 bytes in registers (each column's rows become bytes of a q_t row) and
 //      write them into a ring of 256 bytes per q_t row, indexed by the absolute q_t column mod 256;
 //   4. store what is complete: every sector of q_t in [S, E) whole from the ring, where [S, E) runs from
@@ -48,10 +48,10 @@
 #include <type_traits>
 #include <utility>
 
-#include "layout.h"
-#include "quantize.cuh"
-#include "quantize_numerics.cuh"
-#include "segments_carry_plan.h"
+#include "kernels/common/layout.h"
+#include "kernels/quant/quantize.cuh"
+#include "kernels/quant/numerics.cuh"
+#include "kernels/quant/segments_carry_plan.h"
 
 namespace wgrad::quant {
 

@@ -17,12 +17,12 @@
 #include <type_traits>
 
 #include "checks.h"
-#include "kernels/quantize.cuh"
-#include "kernels/quantize_colwise_sm90.cuh"
-#include "kernels/quantize_rowwise.cuh"
-#include "kernels/quantize_segments_carry.cuh"
-#include "kernels/tile_config.h"
-#include "kernels/tma_descriptor.h"
+#include "kernels/quant/quantize.cuh"
+#include "kernels/quant/colwise_sm90.cuh"
+#include "kernels/quant/rowwise.cuh"
+#include "kernels/quant/segments_carry.cuh"
+#include "kernels/gemm/tile_config.h"
+#include "kernels/common/tma_descriptor.h"
 #include "ops.h"
 
 namespace wgrad {
@@ -117,7 +117,7 @@ int64_t rowwise_ctas_per_sm() {
   return n == 0 ? std::numeric_limits<int32_t>::max() : n;
 }
 
-// The tile order of the segments kernel (TileOrder in quantize_colwise_sm90.cuh): -1 lets the kernel
+// The tile order of the segments kernel (TileOrder in colwise_sm90.cuh): -1 lets the kernel
 // choose (choose_segment_order), 0 one contiguous range of blocks per consumer group or (shared) per CTA,
 // S >= 1 strips of S consecutive blocks dealt round-robin (1: row-major), per consumer group or (shared)
 // per CTA, whose groups take the strip's or range's blocks in turn. Tuning knob WGRAD_SEGMENT_ORDER = auto
@@ -140,7 +140,7 @@ SegmentOrderKnob segment_order_knob() {
   return {static_cast<int>(n), shared};
 }
 
-// Packed tiles for the segments cast (build_packed_tiles in quantize_colwise_sm90.cuh: consecutive short
+// Packed tiles for the segments cast (build_packed_tiles in colwise_sm90.cuh: consecutive short
 // blocks share a tile), for unpadded casts whose table fits in the kernel. Knob WGRAD_SEGMENTS_PACKED, read
 // at every call: 0 never, 1 always, auto (or unset: the default) at kPackedMaxRowsPerSegment rows per segment
 // or fewer on average, where they were faster in every cell measured (docs/perf-notes.md, session 22, % of a
@@ -176,7 +176,7 @@ int64_t colwise_grid(int64_t tiles, int groups, int num_sms) {
 }
 
 // The kernel of the segments cast with 16-bit x, at most kMaxWarpSegments segments and a table of at most
-// SegmentsCarryConfig<128, 8>::kMaxTableEntries entries: "carry" (quantize_segments_carry.cuh: every shared
+// SegmentsCarryConfig<128, 8>::kMaxTableEntries entries: "carry" (segments_carry.cuh: every shared
 // sector written whole), "tma" (the persistent TMA kernel of the other casts) or "auto": unpadded (pad 0),
 // carry where carry_kernel_by_default measured it faster (two or more segments, R >= 4096, at least 256 rows
 // per segment, C >= 2048, R x C >= 2^24); padded, tma (the carry kernel's padded form, built in session 36
@@ -379,7 +379,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
                 "'");
     params.probe = static_cast<int>(probe);
   }
-  // WGRAD_QUANT_DIAG=BITS drops part of the q_t stores (kQuantDiag* of quantize_colwise_sm90.cuh): timing only.
+  // WGRAD_QUANT_DIAG=BITS drops part of the q_t stores (kQuantDiag* of colwise_sm90.cuh): timing only.
   if (const char* v = std::getenv("WGRAD_QUANT_DIAG")) {
     long diag = 0;
     TORCH_CHECK(parse_knob_int(v, &diag) && diag >= 0 && diag <= 255, "WGRAD_QUANT_DIAG must be 0 to 255, got '", v, "'");
@@ -435,7 +435,7 @@ void launch_colwise_sm90(const char* op, const QuantizeParams& p, int64_t row_bl
 }
 
 // The segments cast with carried sectors: SegmentsCarryConfig<...>::kCtasPerSm CTAs per SM, each one contiguous
-// range of the tiles (quantize_segments_carry.cuh); kPadded: the padded cast (p.seg_pad > 0).
+// range of the tiles (segments_carry.cuh); kPadded: the padded cast (p.seg_pad > 0).
 template <typename T, int kTileCols, int kRowsPerThread, bool kPadded = false>
 void launch_segments_carry(const at::Tensor& x, const QuantizeParams& p, const quant::SegmentTableArgs& segments,
                            int num_sms, cudaStream_t stream) {

@@ -27,11 +27,11 @@
 
 #include <cuda.h>
 
-#include "diag.h"
-#include "group_walker.cuh"
-#include "mma_atoms.h"
-#include "named_barriers.h"
-#include "tile_config.h"
+#include "kernels/common/diag.h"
+#include "kernels/gemm/group_walker.cuh"
+#include "kernels/gemm/mma_atoms.h"
+#include "kernels/common/named_barriers.h"
+#include "kernels/gemm/tile_config.h"
 
 namespace wgrad {
 

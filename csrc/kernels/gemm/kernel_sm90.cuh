@@ -11,10 +11,10 @@
 
 #include <type_traits>
 
-#include "epilogue_sm90.cuh"
-#include "group_walker.cuh"
-#include "mainloop_sm90.cuh"
-#include "tile_scheduler.h"
+#include "kernels/gemm/epilogue_sm90.cuh"
+#include "kernels/gemm/group_walker.cuh"
+#include "kernels/gemm/mainloop_sm90.cuh"
+#include "kernels/gemm/tile_scheduler.h"
 
 namespace wgrad {
 

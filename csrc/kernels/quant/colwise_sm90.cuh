@@ -31,12 +31,12 @@
 
 #include <cstdint>
 
-#include "diag.h"
-#include "layout.h"
-#include "quantize.cuh"
-#include "quantize_numerics.cuh"
-#include "qt_store.cuh"
-#include "segment_order.h"
+#include "kernels/common/diag.h"
+#include "kernels/common/layout.h"
+#include "kernels/quant/quantize.cuh"
+#include "kernels/quant/numerics.cuh"
+#include "kernels/quant/qt_store.cuh"
+#include "kernels/quant/segment_order.h"
 
 namespace wgrad::quant {
 
@@ -45,7 +45,7 @@ namespace wgrad::quant {
 //     sectors carried and handed over between consecutive blocks;
 //   kRowMajorBlocks: a tile per used row block in row-major order only (no carries, no handoffs), for any
 //     sizes: what the host launches when the shape's automatic order is row-major (row_major_segments in
-//     quantize.cu; on the same walk it ran 2-4.5 points of a copy faster than kBlocks, H200 session 23);
+//     quant/quantize.cu; on the same walk it ran 2-4.5 points of a copy faster than kBlocks, H200 session 23);
 //   kPacked: packed tiles (build_packed_tiles), row-major.
 // (Colwise and Both ignore it.)
 enum class SegmentTiles : int { kBlocks, kRowMajorBlocks, kPacked };
@@ -109,7 +109,7 @@ struct ColwiseSm90Config {
 
   struct GroupStorage {  // one consumer group's scratch
     alignas(16) uint2 qt[kTileCols][kQtSlots];          // staged q_t: slot s of column c at s ^ swz(c)
-    alignas(16) uint32_t col_amax[kConsumerWarps][kTileCols];  // |bits| maxima, see quantize_numerics.cuh
+    alignas(16) uint32_t col_amax[kConsumerWarps][kTileCols];  // |bits| maxima, see numerics.cuh
     // (scale, 1 / scale) of column c = 8 cc + j at [j][cc]: the 16 column groups of a warp read 16
     // consecutive pairs, one wavefront (a [c] layout would be a 4-way bank conflict per read).
     alignas(16) float2 col_scale[kColsPerThread][kColGroups];
@@ -679,7 +679,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
   using Cfg = ColwiseSm90Config<T, kMode, kTiles>;
   using Pipeline = typename Cfg::Pipeline;
   constexpr bool kRow = has_rowwise(kMode);
-  static_assert(has_colwise(kMode), "row-wise alone: quantize_rowwise.cuh");
+  static_assert(has_colwise(kMode), "row-wise alone: rowwise.cuh");
 
   extern __shared__ __align__(128) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw);

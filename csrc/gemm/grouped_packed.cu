@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "gemm_common.h"
+#include "gemm/launch.h"
 #include "ops.h"
 
 namespace wgrad {

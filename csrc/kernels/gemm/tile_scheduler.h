@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "layout.h"
-#include "tile_config.h"
+#include "kernels/common/layout.h"
+#include "kernels/gemm/tile_config.h"
 
 namespace wgrad {
 

@@ -1,5 +1,5 @@
 // \brief Host entry of the dense SM90 wgrad GEMM: checks, TMA descriptors, config choice, launch.
-#include "gemm_common.h"
+#include "gemm/launch.h"
 #include "ops.h"
 
 namespace wgrad {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "checks.h"
-#include "gemm_sm90.cuh"
+#include "kernels/gemm/launch_sm90.cuh"
 
 namespace wgrad {
 

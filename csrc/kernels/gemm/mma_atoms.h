@@ -5,7 +5,7 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
 
-#include "tile_config.h"
+#include "kernels/gemm/tile_config.h"
 
 namespace wgrad {
 

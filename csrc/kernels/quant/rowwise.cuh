@@ -13,19 +13,19 @@
 //     lane halve it per element against 8 (v1), which keeps the kernel well below the SM's issue rate
 //     (~10 instructions per element, against ~24 available at the bandwidth bar).
 //   - each warp-wide load instruction reads 4 x 128 contiguous bytes (one run of 4 blocks), each 8-byte
-//     q store writes 4 x 64 bytes; the amax is an unsigned max of raw bits (quantize_numerics.cuh).
+//     q store writes 4 x 64 bytes; the amax is an unsigned max of raw bits (numerics.cuh).
 //   - a grid-stride loop over the blocks in memory order (kb fastest): the grid sweeps x front to back,
 //     and the (row, kb) of each slot is advanced by a precomputed stride instead of a 64-bit division
-//     per block. The launch (quantize.cu) gives every CTA one pass by default and lets the CTA scheduler
+//     per block. The launch (quant/quantize.cu) gives every CTA one pass by default and lets the CTA scheduler
 //     even out the last wave; a capped (persistent) grid loops.
 //   - no shared memory and no __syncthreads: warps never wait for each other.
 #pragma once
 
 #include <cstdint>
 
-#include "layout.h"
-#include "quantize.cuh"
-#include "quantize_numerics.cuh"
+#include "kernels/common/layout.h"
+#include "kernels/quant/quantize.cuh"
+#include "kernels/quant/numerics.cuh"
 
 namespace wgrad::quant {
 

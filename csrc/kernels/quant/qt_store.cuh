@@ -1,5 +1,5 @@
 // \brief Byte-exact stores of a 16-byte chunk into global memory, for q_t's edge sectors in the column
-// quantization kernel (quantize_colwise_sm90.cuh) and for the store probes in scripts/experiments/, which
+// quantization kernel (colwise_sm90.cuh) and for the store probes in scripts/experiments/, which
 // compile without CUTLASS or torch.
 #pragma once
 

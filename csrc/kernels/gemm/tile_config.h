@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "layout.h"
+#include "kernels/common/layout.h"
 
 namespace wgrad {
 
