@@ -8,9 +8,9 @@ Environment:
                 headers shipped in the pinned `nvidia-cutlass` wheel.
   MAX_JOBS      parallel compile jobs (read by torch's ninja build).
   NVCC_THREADS  nvcc's own --threads (default 1).
-  WGRAD_DIAG_VARIANTS=1  a measurement build (-DWGRAD_DIAG_VARIANTS): the kernels then read the knob
+  WGRAD_DIAG_VARIANTS=1  a measurement build (-DWGRAD_DIAG_VARIANTS): the GEMM then reads the knob
                 WGRAD_DIAG, whose bits drop parts of the work (wrong results; timing only, see
-                docs/perf-notes.md). Never for a build that is used or shipped.
+                csrc/kernels/common/diag.h). Never for a build that is used or shipped.
 """
 
 import importlib.util
@@ -28,10 +28,14 @@ ROOT = Path(__file__).resolve().parent
 SOURCES = [
     "csrc/registration.cpp",
     "csrc/checks.cpp",
+    "csrc/common/device.cpp",
     "csrc/gemm/dense.cu",
     "csrc/gemm/grouped_packed.cu",
     "csrc/gemm/grouped_contiguous.cu",
-    "csrc/quant/quantize.cu",
+    "csrc/quant/plan.cpp",
+    "csrc/quant/rowwise.cu",
+    "csrc/quant/colwise.cu",
+    "csrc/quant/segments.cu",
 ]
 
 # Torch-free C++ tests (GoogleTest), built by CMake only.

@@ -1,4 +1,5 @@
 // \brief Host entry of the dense SM90 wgrad GEMM: checks, TMA descriptors, config choice, launch.
+#include "checks.h"
 #include "gemm/launch.h"
 #include "ops.h"
 
@@ -16,8 +17,8 @@ void wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Tensor& sa, 
 
   const int block_n = choose_block_n(m, n, 1, out);
   GemmParamsSm90<GroupMode::Dense> p;
-  check_desc(op, "a", make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k, a.stride(0), kTmaBoxRowsA));
-  check_desc(op, "b", make_operand_desc(&p.tma_b, b.const_data_ptr(), n, k, b.stride(0), block_n));
+  check_tma_descriptor(op, "a", make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k, a.stride(0), kTmaBoxRowsA));
+  check_tma_descriptor(op, "b", make_operand_desc(&p.tma_b, b.const_data_ptr(), n, k, b.stride(0), block_n));
   set_scale_and_out_descs(op, p, sa, sb, out, block_n);
   p.k = static_cast<int>(k);
   p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)), 1};

@@ -2,6 +2,7 @@
 //
 // One descriptor covers [rows, K_total]; the kernel reads the int32 group sizes from device memory,
 // validates them and walks (group, tile) pairs: no host synchronisation, capturable in a CUDA graph.
+#include "checks.h"
 #include "gemm/launch.h"
 #include "ops.h"
 
@@ -23,8 +24,9 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(const at::Tensor& a, c
   const int block_n = choose_block_n(m, n, groups, out);
 
   GemmParamsSm90<GroupMode::Contiguous> p;
-  check_desc(op, "a", make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k_total, a.stride(0), kTmaBoxRowsA));
-  check_desc(op, "b", make_operand_desc(&p.tma_b, b.const_data_ptr(), n, k_total, b.stride(0), block_n));
+  check_tma_descriptor(op, "a",
+                       make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k_total, a.stride(0), kTmaBoxRowsA));
+  check_tma_descriptor(op, "b", make_operand_desc(&p.tma_b, b.const_data_ptr(), n, k_total, b.stride(0), block_n));
   set_scale_and_out_descs(op, p, sa, sb, out, block_n);
   p.group_k = ks.const_data_ptr<int>();
   p.a = static_cast<const uint8_t*>(a.const_data_ptr());

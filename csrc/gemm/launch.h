@@ -1,21 +1,19 @@
-// \brief Shared pieces of the GEMM host entries (ATen side): descriptor checks and launch.
+// \brief Shared pieces of the GEMM host entries (ATen side): the scale and out descriptors, the tile
+// width, the launch.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <cstdlib>
-#include <string>
+#include <cstdint>
 
-#include "checks.h"
+#include "common/device.h"
+#include "common/knobs.h"
+#include "common/tma.h"
 #include "kernels/gemm/launch_sm90.cuh"
 
 namespace wgrad {
-
-inline void check_desc(const char* op, const char* what, const std::string& err) {
-  TORCH_CHECK(err.empty(), op, ": could not build the TMA descriptor of ", what, ": ", err);
-}
 
 // Descriptors of the per-row scales and of out, shared by every mode.
 template <GroupMode kMode>
@@ -23,15 +21,17 @@ void set_scale_and_out_descs(const char* op, GemmParamsSm90<kMode>& p, const at:
                              const at::Tensor& out, int block_n) {
   const int64_t m = out.size(-2), n = out.size(-1);
   const int64_t g = out.dim() == 3 ? out.size(0) : 1;
-  check_desc(op, "sa", make_scale_desc(&p.tma_sa, sa.const_data_ptr<float>(), m, sa.size(1), sa.stride(1), kBlockM));
-  check_desc(op, "sb", make_scale_desc(&p.tma_sb, sb.const_data_ptr<float>(), n, sb.size(1), sb.stride(1), block_n));
+  check_tma_descriptor(op, "sa",
+                       make_scale_desc(&p.tma_sa, sa.const_data_ptr<float>(), m, sa.size(1), sa.stride(1), kBlockM));
+  check_tma_descriptor(op, "sb",
+                       make_scale_desc(&p.tma_sb, sb.const_data_ptr<float>(), n, sb.size(1), sb.stride(1), block_n));
   // The TMA reduce-add writes whole 16-byte chunks: it covers the columns [0, N & ~3) only and the
   // kernel's threads add the rest (epilogue_sm90.cuh).
   TORCH_CHECK(m <= INT32_MAX && n <= INT32_MAX, op, ": M and N must fit TMA's 32-bit coordinates, got ", m, " and ", n);
   const int64_t tma_cols = n & ~int64_t{3};
   if (tma_cols > 0) {
-    check_desc(op, "out", make_out_desc(&p.tma_out, out.data_ptr<float>(), g, m, tma_cols, out.stride(-2),
-                                        out.dim() == 3 ? out.stride(0) : 0, block_n));
+    check_tma_descriptor(op, "out", make_out_desc(&p.tma_out, out.data_ptr<float>(), g, m, tma_cols, out.stride(-2),
+                                                  out.dim() == 3 ? out.stride(0) : 0, block_n));
   }
   p.out = OutView{out.data_ptr<float>(), m > 1 ? out.stride(-2) : 0, g > 1 ? out.stride(0) : 0,
                   static_cast<int>(m), static_cast<int>(n), static_cast<int>(tma_cols)};
@@ -40,12 +40,7 @@ void set_scale_and_out_descs(const char* op, GemmParamsSm90<kMode>& p, const at:
 template <GroupMode kMode>
 void launch(const char* op, GemmParamsSm90<kMode>& p, int block_n, const at::Tensor& out) {
 #ifdef WGRAD_DIAG_VARIANTS
-  // Measurement build only (docs/perf-notes.md, session 9): the knob's bits drop parts of the work.
-  if (const char* v = std::getenv("WGRAD_DIAG")) {
-    long bits = 0;
-    TORCH_CHECK(parse_knob_int(v, &bits), "WGRAD_DIAG must be an integer (bits of kDiag*), got '", v, "'");
-    p.diag = static_cast<int>(bits);
-  }
+  p.diag = diag_bits();  // measurement build only: the bits drop parts of the work (kernels/common/diag.h)
 #endif
   TORCH_CHECK(p.scheduler.total_cluster_tiles() < INT32_MAX / 2, op, ": too many output tiles (",
               p.scheduler.total_cluster_tiles(),
@@ -54,17 +49,11 @@ void launch(const char* op, GemmParamsSm90<kMode>& p, int block_n, const at::Ten
   TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
 }
 
-// BLOCK_N for an M x N output repeated `batches` times: the heuristic of tile_config.h, unless the
-// tuning knob WGRAD_BLOCK_N names one of kBlockNCandidates (read at every call, so that a sweep can
-// change it between calls; any other value is ignored). Documented in README.md, "Tuning knobs".
+// BLOCK_N for an M x N output repeated `batches` times: the heuristic of tile_config.h, unless
+// WGRAD_BLOCK_N names one of kBlockNCandidates (common/knobs.h).
 inline int choose_block_n(int64_t m, int64_t n, int64_t batches, const at::Tensor& out) {
-  if (const char* v = std::getenv("WGRAD_BLOCK_N")) {
-    const int forced = std::atoi(v);
-    for (int bn : kBlockNCandidates) {
-      if (bn == forced) return bn;
-    }
-  }
-  return select_block_n(m, n, batches, num_sms_of(out));
+  const int forced = forced_block_n();
+  return forced != 0 ? forced : select_block_n(m, n, batches, num_sms_of(out));
 }
 
 }  // namespace wgrad

@@ -17,6 +17,7 @@
 
 #include <cuda.h>
 
+#include "kernels/common/diag.h"
 #include "kernels/common/named_barriers.h"
 #include "kernels/gemm/tile_config.h"
 #include "kernels/gemm/tile_scheduler.h"

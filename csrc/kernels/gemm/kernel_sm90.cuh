@@ -51,7 +51,7 @@ struct GemmParamsSm90 {
   PersistentTileScheduler scheduler{};
   OutView out;  // out itself, for the columns past N & ~3 that the TMA store leaves to the threads
 #ifdef WGRAD_DIAG_VARIANTS
-  int diag = 0;  // measurement build only: bits kDiag* of tile_config.h (the knob WGRAD_DIAG)
+  int diag = 0;  // measurement build only: bits kDiag* of kernels/common/diag.h (WGRAD_DIAG)
 #endif
 };
 

@@ -41,15 +41,15 @@ constexpr int stages_for(int block_n) {
 }
 
 // Relative cost of a tile of width block_n, in units of columns: block_n + a fixed part. The kernel is
-// bound by shared-memory reads (docs/perf-notes.md, v4): per K block a tile's WGMMAs read the A tile
-// twice (once per warpgroup) and the B tile twice (once per m64 block), 2 * 128 + 2 * block_n rows of
-// 128 bytes, so a tile costs in proportion to block_n + 128. (Fitted against the v4 BLOCK_N sweep of
-// the twelve seed shapes: this picks the measured-best width on each.)
+// bound by shared-memory reads (mma_atoms.h): per K block a tile's WGMMAs read the A tile twice (once
+// per warpgroup) and the B tile twice (once per m64 block), 2 * 128 + 2 * block_n rows of 128 bytes, so
+// a tile costs in proportion to block_n + 128. (Fitted against a BLOCK_N sweep of the twelve seed
+// shapes, scripts/profile_dense.py: this picks the measured-best width on each.)
 constexpr int64_t kTileFixedCostColumns = 128;
 
 // CTAs of a cluster take adjacent n blocks of one m block and share the A tile by TMA multicast.
-// 1 = no cluster. 2 was measured slower on the seed shapes (docs/perf-notes.md, v2): the two CTAs'
-// pipelines run in lockstep and an odd number of n blocks leaves a phantom tile.
+// 1 = no cluster. 2 was measured slower on the seed shapes: the two CTAs' pipelines run in lockstep and
+// an odd number of n blocks leaves a phantom tile.
 constexpr int kClusterN = 1;
 
 // Picks BLOCK_N for an M x N output repeated `batches` times (the groups of a k-grouped GEMM), run
@@ -70,16 +70,5 @@ inline int select_block_n(int64_t m, int64_t n, int64_t batches, int num_sms) {
   }
   return best;
 }
-
-// Measurement variants ("where the time goes", docs/perf-notes.md, session 9): bits of `diag`, which
-// only a build with -DWGRAD_DIAG_VARIANTS (setup.py: WGRAD_DIAG_VARIANTS=1) reads from the tuning knob
-// WGRAD_DIAG; everywhere else diag is the constant 0 and the branches compile away. Each bit drops
-// part of the work, so the results are wrong: for timing only.
-constexpr int kDiagScalesOnce = 1;   // load the scales at a tile's first K block only
-constexpr int kDiagNoPromotion = 2;  // accumulate a whole tile in the WGMMA scratch, no promotion
-constexpr int kDiagNoEpilogue = 4;   // no epilogue at all
-constexpr int kDiagPlainStore = 32;  // the epilogue's TMA stores overwrite out instead of adding
-constexpr int kDiagNoStaging = 64;   // the epilogue stores whatever its smem buffer holds (no STS)
-constexpr int kDiagHalfB = 128;      // dense and packed: B is loaded for every other K block only
 
 }  // namespace wgrad

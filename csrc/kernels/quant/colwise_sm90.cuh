@@ -31,9 +31,9 @@
 
 #include <cstdint>
 
-#include "kernels/common/diag.h"
 #include "kernels/common/layout.h"
-#include "kernels/quant/quantize.cuh"
+#include "kernels/quant/params.h"
+#include "kernels/quant/segment_table.cuh"
 #include "kernels/quant/numerics.cuh"
 #include "kernels/quant/qt_store.cuh"
 #include "kernels/quant/segment_order.h"
@@ -45,7 +45,7 @@ namespace wgrad::quant {
 //     sectors carried and handed over between consecutive blocks;
 //   kRowMajorBlocks: a tile per used row block in row-major order only (no carries, no handoffs), for any
 //     sizes: what the host launches when the shape's automatic order is row-major (row_major_segments in
-//     quant/quantize.cu; on the same walk it ran 2-4.5 points of a copy faster than kBlocks, H200 session 23);
+//     quant/segments.cu; on the same walk it ran 2-4.5 points of a copy faster than kBlocks, H200 session 23);
 //   kPacked: packed tiles (build_packed_tiles), row-major.
 // (Colwise and Both ignore it.)
 enum class SegmentTiles : int { kBlocks, kRowMajorBlocks, kPacked };
@@ -158,109 +158,6 @@ struct ColwiseSm90Params {
   int32_t auto_strip_first;
   int32_t auto_strip_count;
   int8_t auto_strips[2][kMaxWarpSegments + 1];
-#ifdef WGRAD_DIAG_VARIANTS
-  int probe;  // measurement build only: 1 = CTAs 0 and gridDim.x - 1 print their start-up clock probes,
-              // 2 = every consumer group prints its timeline (TimelineProbe)
-  int diag;   // measurement build only: bits kQuantDiag* (the knob WGRAD_QUANT_DIAG)
-#endif
-};
-
-// Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_DIAG; diag_of): bits that drop part of
-// the tile loop's q_t stores, for timing (the results are wrong); docs/perf-notes.md, session 13.
-constexpr int kQuantDiagNoQtStores = 1;      // no q_t store instructions (the data is still assembled)
-constexpr int kQuantDiagNoStoreSection = 2;  // no q_t store section at all (the handoffs still run)
-constexpr int kQuantDiagAlignedRows = 4;     // the producer loads block b from row 128 b mod R (Colwise's rows)
-constexpr int kQuantDiagFullBoxes = 8;       // the producer loads all 8 boxes of a block (none aimed past R)
-constexpr int kQuantDiagPaddedPitch = 16;    // host: x's descriptor with a row pitch of C + 64 elements
-constexpr int kQuantDiagStartDelay = 32;     // every thread waits until 1.5 us after its entry before the
-                                             // start's barrier (Colwise then starts as late as the segments cast)
-constexpr int kQuantDiagColwiseTiles = 64;   // ColwiseSegments: no table, Colwise's tiles (128 rows from 128 b;
-                                             // right for one segment of all R rows only)
-constexpr int kQuantDiagNoHandoffWaits = 128;  // shared strips: no group waits at the handoffs (their arrivals
-                                               // stay): what the waits cost, carried sectors wrong
-
-// Measurement build only (WGRAD_DIAG_VARIANTS, knob WGRAD_QUANT_PROBE=1): clock64 marks of one thread at
-// fixed points of the kernel, printed at its end as cycles since the kernel's entry (docs/perf-notes.md,
-// session 11). In every other build the marks compile away.
-struct StartupProbe {
-#ifdef WGRAD_DIAG_VARIANTS
-  // The marks go to global memory as they are taken (registers held across the kernel made it spill).
-  static constexpr int kMarks = 10;
-  long long* marks;  // [kMarks] of this thread, or nullptr when it does not probe
-  unsigned done;     // mark_once: bit i set once mark i is taken
-  __device__ __forceinline__ void start(const ColwiseSm90Params& params, bool this_thread) {
-    static __device__ long long storage[2][2][kMarks];  // [first or last CTA][consumer or producer][mark]
-    const bool cta = blockIdx.x == 0 || blockIdx.x == gridDim.x - 1;
-    marks = params.probe == 1 && this_thread && cta
-                ? storage[blockIdx.x == 0 ? 0 : 1][threadIdx.x == 0 ? 0 : 1]
-                : nullptr;
-    done = 0;
-    if (marks != nullptr) marks[0] = clock64();
-  }
-  __device__ __forceinline__ void mark(int i) {
-    if (marks != nullptr) marks[i] = clock64();
-  }
-  __device__ __forceinline__ void mark_once(int i) {  // the first time only
-    if (marks != nullptr && !(done >> i & 1u)) {
-      marks[i] = clock64();
-      done |= 1u << i;
-    }
-  }
-  __device__ __forceinline__ void report(const char* role) {
-    if (marks == nullptr) return;
-    const long long* t = marks;
-    printf("probe %s cta %d cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", role, static_cast<int>(blockIdx.x),
-           t[1] - t[0], t[2] - t[0], t[3] - t[0], t[4] - t[0], t[5] - t[0], t[6] - t[0], t[7] - t[0], t[8] - t[0],
-           t[9] - t[0]);
-  }
-#else
-  __device__ __forceinline__ void start(const ColwiseSm90Params&, bool) {}
-  __device__ __forceinline__ void mark(int) {}
-  __device__ __forceinline__ void mark_once(int) {}
-  __device__ __forceinline__ void report(const char*) {}
-#endif
-};
-
-// Measurement build only (knob WGRAD_QUANT_PROBE=2): thread 0 of every consumer group takes the
-// global timer at its start, when each of its first kTiles tiles has landed (the consumer wait returned)
-// and at its end, into global memory as it goes, and prints them at the end as one line ("tl CTA GROUP
-// TILES START T0 T1 ... END", raw global-timer values in ns; scripts/profile_quant.py timeline-summary
-// takes them relative to the launch's earliest start). In every other build the marks compile away.
-struct TimelineProbe {
-#ifdef WGRAD_DIAG_VARIANTS
-  static constexpr int kTiles = 12;
-  unsigned long long* marks;  // [kTiles + 2] of this group, or nullptr
-  int tiles;
-  __device__ __forceinline__ static unsigned long long now() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-  }
-  __device__ __forceinline__ void start(const ColwiseSm90Params& params, int group, bool this_thread) {
-    static __device__ unsigned long long storage[1024][4][kTiles + 2];
-    marks = params.probe == 2 && this_thread && blockIdx.x < 1024 ? storage[blockIdx.x][group & 3] : nullptr;
-    tiles = 0;
-    if (marks != nullptr) marks[0] = now();
-  }
-  __device__ __forceinline__ void landed() {
-    if (marks != nullptr) {
-      if (tiles < kTiles) marks[1 + tiles] = now();
-      ++tiles;
-    }
-  }
-  __device__ __forceinline__ void finish(int group) {
-    if (marks == nullptr) return;
-    marks[kTiles + 1] = now();
-    const unsigned long long* m = marks;
-    printf("tl %d %d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n",
-           static_cast<int>(blockIdx.x), group, tiles, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], m[9],
-           m[10], m[11], m[12], m[13]);
-  }
-#else
-  __device__ __forceinline__ void start(const ColwiseSm90Params&, int, bool) {}
-  __device__ __forceinline__ void landed() {}
-  __device__ __forceinline__ void finish(int) {}
-#endif
 };
 
 // Named barriers of the consumer groups (offset past CUTLASS's reserved ids by NamedBarrier): group g
@@ -471,15 +368,14 @@ __device__ __forceinline__ int32_t used_row_blocks(const RowBlock* table, int32_
   return lo;
 }
 
-// (colwise_tiles: the measurement build's kQuantDiagColwiseTiles; false in every other build.)
 template <QuantMode kMode>
 __device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params, const RowBlock* table,
-                                                const TileCursor& cursor, bool colwise_tiles) {
+                                                const TileCursor& cursor) {
   QuantTile t;
   t.row_block = cursor.row_block;
   t.col_tile = cursor.col_tile;
   t.blocks = 1;
-  if (kMode == QuantMode::ColwiseSegments && !colwise_tiles) {
+  if (kMode == QuantMode::ColwiseSegments) {
     const RowBlock rb = table[t.row_block];
     t.row_start = rb.row_start;
     t.out_start = rb.out_start;
@@ -640,38 +536,6 @@ __device__ __forceinline__ uint4 or4(const uint4& a, const uint4& b) {
   return make_uint4(a.x | b.x, a.y | b.y, a.z | b.z, a.w | b.w);
 }
 
-// The tile loop's q_t stores. Measurement build (WGRAD_DIAG_VARIANTS): with kQuantDiagNoQtStores the
-// data is folded into the consumer's diag_sink instead (stored once at the end, so that nothing is
-// optimised away). Every other build: the plain store, written as an assignment so that the release
-// SASS is the same as without the wrapper (lambdas wrapping it changed the register allocation).
-#ifdef WGRAD_DIAG_VARIANTS
-#define WGRAD_QT_DIAG_OR(d, store)                                       \
-  do {                                                                   \
-    const uint4 qt_d_ = (d);                                             \
-    if (qdiag & kQuantDiagNoQtStores) {                                  \
-      diag_sink ^= qt_d_.x ^ qt_d_.y ^ qt_d_.z ^ qt_d_.w;                \
-    } else {                                                             \
-      store;                                                             \
-    }                                                                    \
-  } while (0)
-#define WGRAD_QT_STORE16(dst, v) WGRAD_QT_DIAG_OR(v, *reinterpret_cast<uint4*>(dst) = qt_d_)
-#define WGRAD_QT_STORE_BYTE(dst, v)                     \
-  do {                                                  \
-    const uint8_t qt_b_ = (v);                          \
-    if (qdiag & kQuantDiagNoQtStores) {                 \
-      diag_sink ^= qt_b_;                               \
-    } else {                                            \
-      *(dst) = qt_b_;                                   \
-    }                                                   \
-  } while (0)
-#define WGRAD_QT_STORE_RANGE(col_base, r0, d, lo, hi) \
-  WGRAD_QT_DIAG_OR(d, store_chunk_range(col_base, r0, qt_d_, lo, hi))
-#else
-#define WGRAD_QT_STORE16(dst, v) (*reinterpret_cast<uint4*>(dst) = (v))
-#define WGRAD_QT_STORE_BYTE(dst, v) (*(dst) = (v))
-#define WGRAD_QT_STORE_RANGE(col_base, r0, d, lo, hi) store_chunk_range(col_base, r0, d, lo, hi)
-#endif
-
 template <typename T, QuantMode kMode, SegmentTiles kTiles = SegmentTiles::kBlocks>
 __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads, 1)
     quantize_fp8_1x128_colwise_sm90_kernel(const __grid_constant__ ColwiseSm90Params params) {
@@ -687,8 +551,6 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
   const int tid = threadIdx.x;
   constexpr int kProducerTid = Cfg::kGroups * Cfg::kConsumerThreads;
   const bool producer = tid >= kProducerTid;
-  StartupProbe probe;
-  probe.start(params, tid == 0 || tid == kProducerTid);
 
   if (tid == kProducerTid) cute::prefetch_tma_descriptor(&params.tma_x);
   typename Pipeline::Params pipeline_params;
@@ -717,19 +579,13 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
     return Pipeline(smem.pipeline[g], pipeline_params, ClusterShape{}, cute::false_type{});
   };
 
-  probe.mark(1);
   // Segments: the row-block table, built by every CTA for itself (it synchronises the CTA, so the
   // pipeline barriers above are initialised too), or the one in global memory.
   // (At most kMaxWarpSegments segments: every warp scans the sizes itself and fills its share of the
   // table, no barrier but the one below. The CTA-wide scan kept the producer's first load ~3 us behind
   // Colwise's, this ~1.2 us; H200 session 11, `scripts/profile_quant.py startup`.)
   const RowBlock* table = p.row_blocks;
-#ifdef WGRAD_DIAG_VARIANTS
-  const bool colwise_tiles = Cfg::kSegments && (diag_of(params) & kQuantDiagColwiseTiles);
-#else
-  constexpr bool colwise_tiles = false;
-#endif
-  const bool own_table = Cfg::kSegments && params.segments.sizes != nullptr && !colwise_tiles;  // else q.row_blocks
+  const bool own_table = Cfg::kSegments && params.segments.sizes != nullptr;  // else q.row_blocks
   const bool warp_table = own_table && params.segments.num_segments <= kMaxWarpSegments;
   SegmentSummary summary{0, false, false};
   if constexpr (Cfg::kSegments) {
@@ -744,16 +600,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
       table = smem.table;
     }
   }
-  probe.mark(2);
-#ifdef WGRAD_DIAG_VARIANTS
-  if (diag_of(params) & kQuantDiagStartDelay) {
-    const unsigned long long t0 = TimelineProbe::now();
-    while (TimelineProbe::now() < t0 + 1500) {
-    }
-  }
-#endif
   __syncthreads();  // barriers initialised (and the table built) before anyone reads them
-  probe.mark(3);
 
   // The tile order (TileOrder): ColwiseSegments quantizes the used row blocks only, in units of several
   // blocks when a segment starts inside a sector (see choose_segment_order).
@@ -762,7 +609,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
   int32_t strip = 1;
   bool shared = false;
   if constexpr (Cfg::kSegments) {
-    if (!colwise_tiles) {  // (measurement build: kQuantDiagColwiseTiles keeps Colwise's row-major order)
+    {
       bool inside_sector = summary.inside_sector, inside_chunk = summary.inside_chunk;
       blocks_per_col = summary.used_blocks;
       if (!warp_table) {  // (the same in every thread of the CTA)
@@ -802,10 +649,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
     if constexpr (Cfg::kPacked) {
       return packed_quant_tile(table, smem.tile_first, cursor);
     } else {
-      return quant_tile<kMode>(params, table, cursor, colwise_tiles);
+      return quant_tile<kMode>(params, table, cursor);
     }
   };
-  probe.mark(4);
 
   // ---------------------------------------------------------------- producer: one thread
   // It serves the groups in turn, each from its own tile list and into its own stages. (A producer warp
@@ -829,22 +675,11 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
           const QuantTile t = tile_of(tiles[g]);
           tiles[g].advance(order);
           more = true;
-          probe.mark_once(5);
           Pipeline pipeline = group_pipeline(g);
           pipeline.producer_acquire(states[g]);
-          probe.mark_once(6);
           uint64_t* bar = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(states[g]));
           T* stage = smem.x[g * Cfg::kStagesPerGroup + states[g].index()];
           const int32_t col = static_cast<int32_t>(t.col_tile * Cfg::kTileCols);
-#ifdef WGRAD_DIAG_VARIANTS  // the measurement build's knobs on the loads (kQuantDiagAlignedRows, FullBoxes)
-          const int pdiag = diag_of(params);
-          const int64_t row_base =
-              (pdiag & kQuantDiagAlignedRows) ? (t.row_block * Cfg::kTileRows) % p.rows : t.row_start;
-          const int row_limit = (pdiag & kQuantDiagFullBoxes) ? Cfg::kTileRows : t.row_count;
-#define WGRAD_QT_BOX_ROW(r) ((r) < row_limit ? static_cast<int32_t>(row_base + (r)) : static_cast<int32_t>(p.rows))
-#else  // (written as before the knobs: the release SASS is the same)
-#define WGRAD_QT_BOX_ROW(r) ((r) < t.row_count ? static_cast<int32_t>(t.row_start + (r)) : static_cast<int32_t>(p.rows))
-#endif
           if constexpr (Cfg::kPacked) {
             // Each block's boxes one after the other from box 0 (a block starts on a box), the rest aimed past R.
             int box = 0;
@@ -863,19 +698,15 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
 #pragma unroll
             for (int b = 0; b < Cfg::kBoxesPerTile; ++b) {
               const int r = b * Cfg::kBoxRows;
-              const int32_t row = WGRAD_QT_BOX_ROW(r);
+              const int32_t row = r < t.row_count ? static_cast<int32_t>(t.row_start + r) : static_cast<int32_t>(p.rows);
               cute::SM90_TMA_LOAD_2D::copy(&params.tma_x, bar, kEvictFirst, stage + r * Cfg::kTileCols, col, row);
             }
           }
-          probe.mark_once(7);
           ++states[g];
         }
       }
-      probe.mark(8);
 #pragma unroll
       for (int g = 0; g < Cfg::kGroups; ++g) group_pipeline(g).producer_tail(states[g]);
-      probe.mark(9);
-      probe.report("producer");
     }
     return;
   }
@@ -914,13 +745,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
     }
   }
 
-  // The q_t stores of the tile loop go through WGRAD_QT_STORE16 / _BYTE / _RANGE (defined above the kernel).
-  const int qdiag = diag_of(params);
-  [[maybe_unused]] uint32_t diag_sink = 0;
 
-  probe.mark(5);
-  TimelineProbe timeline;
-  timeline.start(params, group, tid_g == 0);
   for (TileCursor cursor = first_tile<Cfg::kGroups>(order, group); cursor.valid(); cursor.advance(order)) {
     const QuantTile t = tile_of(cursor);
     const int64_t tile_col = t.col_tile * Cfg::kTileCols;
@@ -928,8 +753,6 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
     // ---- tile rows [8 rg, 8 rg + 8), columns [8 cc, 8 cc + 8) into registers (raw); release the stage.
     RawVec<T> raw[Cfg::kRowsPerThread];
     pipeline.consumer_wait(state);
-    probe.mark_once(6);
-    timeline.landed();
     const T* s_x = smem.x[group * Cfg::kStagesPerGroup + state.index()];
 #pragma unroll
     for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
@@ -1193,7 +1016,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
           if (link_out) {  // gs.carry free again: the next group has read what it was handed last time
             handoff_params.role = Handoff::ThreadCategory::Producer;
             Handoff handoff(smem.handoff[group], handoff_params, cute::false_type{});
-            if (!(qdiag & kQuantDiagNoHandoffWaits)) handoff.producer_acquire(handoff_out);
+            handoff.producer_acquire(handoff_out);
             const bool tail_inside = next_continues && (e & 31) != 0;
             handed_early = !tail_inside || (e & ~int64_t{31}) >= a;
             if (handed_early) {
@@ -1212,9 +1035,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
           head_carry = false;
           if (link_in) {
             handoff_params.role = Handoff::ThreadCategory::Consumer;
-            if (!(qdiag & kQuantDiagNoHandoffWaits)) {
-              Handoff(smem.handoff[prev_group], handoff_params, cute::false_type{}).consumer_wait(handoff_in);
-            }
+            Handoff(smem.handoff[prev_group], handoff_params, cute::false_type{}).consumer_wait(handoff_in);
             head_carry = smem.group[prev_group].carry_handed != 0;
           }
         }
@@ -1229,9 +1050,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
       // The block's bytes of the edge sectors it shares with another worker's block: block rows [0,
       // edge_head) and [edge_tail_lo, edge_tail_lo + edge_tail), stored after the paths below.
       int edge_head = 0, edge_tail_lo = 0, edge_tail = 0;
-      if (qdiag & kQuantDiagNoStoreSection) {  // measurement build only
-        head_carry = next_continues;
-      } else if (whole_block && shift == 0 && !run_mid_sector) {
+      if (whole_block && shift == 0 && !run_mid_sector) {
         // 128 rows starting 16-aligned (every Colwise/Both block but the last), all 128 columns inside C,
         // not handing a sector on: thread tid_g stores chunk tid_g % 8 of columns tid_g / 8 + 32 i; no
         // division, no bounds checks, one address computation. (Outside runs, a block 16 bytes into a
@@ -1239,7 +1058,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
         uint8_t* dst = p.q_t + (tile_col + col0) * p.q_t_ld + first_row + 16 * k;
 #pragma unroll
         for (int i = 0; i < Cfg::kTileCols / kColStep; ++i) {
-          WGRAD_QT_STORE16(dst + i * dst_step, qt_chunk_unchecked(gs, col0 + i * kColStep, k));
+          *reinterpret_cast<uint4*>(dst + i * dst_step) = qt_chunk_unchecked(gs, col0 + i * kColStep, k);
         }
         head_carry = false;
       } else if (whole_block && run_mid_sector) {
@@ -1260,7 +1079,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
                                    : (head_carry ? reinterpret_cast<const uint2*>(&carry_in[col][0]) : &gs.qt[col][0]);
           const uint2* hi = k == 0 ? lo + 1 : &gs.qt[col][(2 * k - 1) ^ swz];
           const uint2 l = *lo, h = *hi;
-          if (k != 0 || head_carry) WGRAD_QT_STORE16(dst + i * dst_step, make_uint4(l.x, l.y, h.x, h.y));
+          if (k != 0 || head_carry) *reinterpret_cast<uint4*>(dst + i * dst_step) = make_uint4(l.x, l.y, h.x, h.y);
           if (k == 0) {
             const uint4 last = qt_chunk_unchecked(gs, col, Cfg::kTileRows / 16 - 1);
             if (next_continues) {
@@ -1269,7 +1088,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
                 carry_out[col][1] = make_uint4(0u, 0u, 0u, 0u);
               }
             } else {
-              WGRAD_QT_STORE16(dst + i * dst_step + Cfg::kTileRows, last);
+              *reinterpret_cast<uint4*>(dst + i * dst_step + Cfg::kTileRows) = last;
             }
           }
         }
@@ -1294,9 +1113,9 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
           uint8_t* d = dst + i * dst_step;
           const uint4 v = qt_shifted_chunk_any(gs, col, k - m_off, shift);
           if (k >= 2) {
-            WGRAD_QT_STORE16(d, v);
+            *reinterpret_cast<uint4*>(d) = v;
           } else {
-            if (head_carry) WGRAD_QT_STORE16(d, or4(v, carry_in[col][k]));  // + the previous block's bytes
+            if (head_carry) *reinterpret_cast<uint4*>(d) = or4(v, carry_in[col][k]);  // + the previous block's bytes
             if (next_continues && !shared_units) {
               // own strips: this group's next block stores the tail sector whole (its half k: this
               // block's bytes [0, o - 16 k) of it)
@@ -1333,8 +1152,8 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
           const int col = static_cast<int>((static_cast<uint32_t>(sector) * magic) >> 16);
           const int i = i0 + (sector - col * plain);
           if (tile_col + col >= p.cols) continue;
-          WGRAD_QT_STORE16(p.q_t + (tile_col + col) * p.q_t_ld + base + 32 * i + 16 * h,
-                           staged(col, 2 * i + h - m_off));
+          *reinterpret_cast<uint4*>(p.q_t + (tile_col + col) * p.q_t_ld + base + 32 * i + 16 * h) =
+              staged(col, 2 * i + h - m_off);
         }
         // Edge sectors whose other bytes are carried in or out: thread pair (2 c, 2 c + 1) takes both edges
         // of column c, so that the thread that reads gs.carry[c][h] for the first sector is the one that
@@ -1352,7 +1171,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
               if (one_sector && tail_carry) {
                 carry_out[col][h] = d;
               } else {  // head_carry: every byte of the sector from its start is known here
-                WGRAD_QT_STORE_RANGE(p.q_t + (tile_col + col) * p.q_t_ld, base + 16 * h, d, base,
+                store_chunk_range(p.q_t + (tile_col + col) * p.q_t_ld, base + 16 * h, d, base,
                                      one_sector ? e : base + 32);
               }
             }
@@ -1404,7 +1223,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
             }
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-              if (j4 + k < ncols) WGRAD_QT_STORE_BYTE(dst + k * ld, static_cast<uint8_t>(v >> (8 * k)));
+              if (j4 + k < ncols) dst[k * ld] = static_cast<uint8_t>(v >> (8 * k));
             }
             dst += 4 * ld;
           }
@@ -1426,11 +1245,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
         }
       }
     }
-    probe.mark_once(7);
   }
-  probe.mark(8);
-  timeline.finish(group);
-  if ((qdiag & kQuantDiagNoQtStores) && diag_sink == 0x9E3779B9u) *p.q_t = static_cast<uint8_t>(diag_sink);
 
   // Padded segments: q_t columns [T0, q_t_ld) after the last segment's padding are 0, written by every
   // consumer thread of the launch in turn (T0 from the last used table entry; invalid sizes: q_t is not
@@ -1446,17 +1261,7 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
                     static_cast<int64_t>(order.workers) * Cfg::kConsumerThreads);
     }
   }
-  probe.mark(9);
-  probe.report("consumer");
 #endif
 }
-
-#ifdef WGRAD_DIAG_VARIANTS
-#undef WGRAD_QT_DIAG_OR
-#endif
-#undef WGRAD_QT_BOX_ROW
-#undef WGRAD_QT_STORE16
-#undef WGRAD_QT_STORE_BYTE
-#undef WGRAD_QT_STORE_RANGE
 
 }  // namespace wgrad::quant

@@ -7,25 +7,26 @@
 //     SM). Each lane first issues the loads of kUnroll blocks (kept raw in registers), then reduces.
 //     One block per lane (32 B of bf16/fp16) at 32 registers: 8 CTAs of 256 threads per SM, 2048 x 32 B =
 //     64 KB of loads in flight per SM, and 64 warps to hide each one's reduce-and-store phase. Measured
-//     (session 8): 2 blocks per lane at 48 registers (5 CTAs per SM) ran 1-3 points of a copy slower on
+//     on an H200: 2 blocks per lane at 48 registers (5 CTAs per SM) ran 1-3 points of a copy slower on
 //     every benchmark shape, 4 blocks (4 CTAs) 6-14 points slower.
 //   - per-block work (amax shuffles, scale, reciprocal, addresses) is paid per lane: 16 elements per
-//     lane halve it per element against 8 (v1), which keeps the kernel well below the SM's issue rate
+//     lane halve it per element against 8, which keeps the kernel well below the SM's issue rate
 //     (~10 instructions per element, against ~24 available at the bandwidth bar).
 //   - each warp-wide load instruction reads 4 x 128 contiguous bytes (one run of 4 blocks), each 8-byte
 //     q store writes 4 x 64 bytes; the amax is an unsigned max of raw bits (numerics.cuh).
 //   - a grid-stride loop over the blocks in memory order (kb fastest): the grid sweeps x front to back,
 //     and the (row, kb) of each slot is advanced by a precomputed stride instead of a 64-bit division
-//     per block. The launch (quant/quantize.cu) gives every CTA one pass by default and lets the CTA scheduler
-//     even out the last wave; a capped (persistent) grid loops.
+//     per block. The launch (quant/rowwise.cu) gives every CTA one pass and lets the CTA scheduler even
+//     out the last wave: 1-5 % faster than a persistent grid of 4 CTAs per SM on the small benchmark
+//     shapes.
 //   - no shared memory and no __syncthreads: warps never wait for each other.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/layout.h"
-#include "kernels/quant/quantize.cuh"
 #include "kernels/quant/numerics.cuh"
+#include "kernels/quant/params.h"
 
 namespace wgrad::quant {
 

@@ -1,32 +1,25 @@
 // \brief The MoE segments cast with carried sectors: every 32-byte sector of q_t that two blocks share is
-// written once, whole, by the worker that holds both parts (docs/perf-notes.md, session 28). Unpadded, and
-// (kPadded, opt-in: WGRAD_SEGMENT_KERNEL=carry, not yet measured) padded: each segment's q_t columns from a
-// multiple of seg_pad, its padding's zeros stored by its last block.
+// written once, whole, by the worker that holds both parts. Unpadded casts of 16-bit x. Torch-free.
 //
 // Why: a sector written in two parts by two workers costs the L2 more than a whole sector does. A kernel
-// that only moves the cast's bytes (scripts/experiments/pattern_copy_probe.cu, no arithmetic) ran at 50-69 %
-// of a copy when every block writes its own bytes of its two edge sectors, at 80-87 % when every shared
-// sector is written once and whole, in this kernel's order; the TMA kernel's unaligned segments cast ran
-// at 64-74 %.
+// that only moves the cast's bytes (no arithmetic) ran at 50-69 % of a copy when every block writes its own
+// bytes of its two edge sectors, at 80-87 % when every shared sector is written once and whole, in this
+// kernel's order; the TMA kernel's unaligned segments cast ran at 64-74 %.
 // Status: the automatic choice for two or more segments, R >= 4096, >= 256 rows per segment, C >= 2048 and
-// R x C >= 2^24 (carry_kernel_by_default; the knob WGRAD_SEGMENT_KERNEL in quant/quantize.cu forces either kernel).
-// Since session 30 (fewer instructions per tile) it beats or ties the TMA kernel on every such split cast
-// measured, 4096-16384 rows x 2112-24576 features (session 33, 8 unaligned segments: 71-84 % of a copy
-// against the TMA kernel's 63-74; session 34's dynamic tail: 70-83; docs/perf-notes.md, sessions 28-34). Tile shapes (WGRAD_CARRY_TILE,
-// SegmentsCarryConfig): 128 x 8 the default; 64 x 8 within -3 to +2 points of it, 64 x 4 3-10 points
-// slower (session 31, run 2).
-// Structure: a plain (not warp-specialized) persistent kernel, kCtasPerSm CTAs per SM (the default tile
-// shape: 3 of 256 threads), each CTA one contiguous range of the tiles in column-major order (tile = one
-// block of <= 128 rows of one segment x kTileCols = 128 (or 64) columns of x; the tiles of one column tile
-// follow each other along R). With the dynamic tail (CarryDynamic; by default when tiles % CTAs is at most
-// half the CTAs) every range holds tiles / CTAs tiles and the remainder goes one tile at a time to the CTAs
-// that ask first, from a counter in global memory: the CTAs that would have held an extra tile were placed
-// by the block scheduler wherever it liked, up to three on one SM (session 34: +1.5 to +3.5 points where
-// taken; with more tiles from the counter, the single tiles' partial sectors cost more than the balance
-// gains). Per tile:
+// R x C >= 2^24 (carry_kernel_by_default). There it beats or ties the TMA kernel on every split cast
+// measured, 4096-16384 rows x 2112-24576 features (H200, 8 unaligned segments: 70-84 % of a copy against the
+// TMA kernel's 63-74).
+// Structure: a plain (not warp-specialized) persistent kernel, kCtasPerSm = 3 CTAs of 256 threads per SM,
+// each CTA one contiguous range of the tiles in column-major order (tile = one block of <= 128 rows of one
+// segment x 128 columns of x; the tiles of one column tile follow each other along R). With the dynamic
+// tail (CarryDynamic; by default when tiles % CTAs is at most half the CTAs) every range holds tiles / CTAs
+// tiles and the remainder goes one tile at a time to the CTAs that ask first, from a counter in global
+// memory: the CTAs that would have held an extra tile were placed by the block scheduler wherever it liked,
+// up to three on one SM (+1.5 to +3.5 points of a copy where taken; with more tiles from the counter, the
+// single tiles' partial sectors cost more than the balance gains). Per tile:
 //   1. 16-byte loads into registers: thread (m, pg) = (tid % kColGroups, tid / kColGroups) holds columns
-//      8 m .. 8 m + 7 of kRowsPerThread = 8 (or 4) rows of the block, chosen so that their bytes make one
-//      aligned group of q_t (carry_block_row; issued during the tile before);
+//      8 m .. 8 m + 7 of 8 rows of the block, chosen so that their bytes make one aligned 8-byte group of
+//      q_t (carry_block_row; issued during the tile before);
 //   2. column maxima: in registers over the thread's rows, shuffles, then the warps through shared memory;
 //      kTileCols threads turn them into the block's scales (the numerics of numerics.cuh);
 //   3. quantize, transpose 4 x 4 bytes in registers (each column's rows become bytes of a q_t row) and
@@ -37,48 +30,39 @@
 // A range's first and last tiles share a sector with another CTA's range: those bytes are stored in aligned
 // pieces of 1-16 bytes, a thread per row (the only partial sectors). Even CTAs walk their range up, odd ones
 // down, so the two parts of such a sector are written at about the same time (both at the start or both at
-// the end of the launch): parts written far apart cost much more (docs/perf-notes.md, session 25, run 7).
+// the end of the launch): parts written far apart cost much more.
 // The row mapping, the walk and the store plan are segments_carry_plan.h's, which
 // tests/cpp/test_segments_carry_plan.cpp replays.
 #pragma once
-
-#include <cuda.h>  // CUtensorMap
 
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 
 #include "kernels/common/layout.h"
-#include "kernels/quant/quantize.cuh"
 #include "kernels/quant/numerics.cuh"
+#include "kernels/quant/params.h"
+#include "kernels/quant/segment_table.cuh"
 #include "kernels/quant/segments_carry_plan.h"
 
 namespace wgrad::quant {
 
-// kTileColumns: columns of x per tile (rows of q_t), 128 or 64; kRowsPerThread: rows of x a thread holds
-// (bytes of its q_t group), 8 or 4. A tile takes (128 / kRowsPerThread) row groups x (kTileColumns / 8)
-// column groups of threads. 128 x 8 (the default): 256 threads, 3 CTAs per SM. 64 x 8: tiles twice as many,
-// in CTAs of 128 threads, 6 per SM (the same warps and registers per SM, finer ranges). 64 x 4: 256 threads
-// of half the registers, 4 CTAs per SM (a third more warps per SM).
-template <int kTileColumns, int kRowsPerThreadV = 8>
 struct SegmentsCarryConfig {
-  static_assert(kTileColumns == 128 || kTileColumns == 64, "tiles of 128 or 64 columns");
-  static_assert(kRowsPerThreadV == 8 || kRowsPerThreadV == 4, "8 or 4 rows per thread");
-  static constexpr int kTileCols = kTileColumns;  // columns of x = rows of q_t per tile
-  static constexpr int kRowsPerThread = kRowsPerThreadV;  // rows of x per thread: bytes of its q_t group
-  static constexpr int kColGroups = kTileCols / 8;  // threads of a row group (8 columns each)
+  static constexpr int kTileCols = 128;                     // columns of x = rows of q_t per tile
+  static constexpr int kRowsPerThread = kCarryRowsPerThread;  // rows of x per thread: bytes of its q_t group
+  static constexpr int kColGroups = kTileCols / 8;          // threads of a row group (8 columns each)
   static constexpr int kRowGroups = kCarryBlockRows / kRowsPerThread;
-  static constexpr int kThreads = kRowGroups * kColGroups;
+  static constexpr int kThreads = kRowGroups * kColGroups;  // 256
   static constexpr int kWarps = kThreads / 32;
-  // 8 rows per thread: 768 threads per SM, up to 85 registers each (4 CTAs of 256 at 64 registers spilled 160
-  // bytes and ran 2-25 points slower); 4 rows: 1024 threads, 64 registers.
-  static constexpr int kCtasPerSm = (kRowsPerThread == 8 ? 768 : 1024) / kThreads;
+  // 768 threads per SM, up to 85 registers each (4 CTAs of 256 at 64 registers spilled 160 bytes and ran
+  // 2-25 points of a copy slower).
+  static constexpr int kCtasPerSm = 768 / kThreads;
   static constexpr int kRingBytes = kCarryRingBytes;  // per q_t row: a tile's 128 bytes plus <= 31 carried
   static constexpr int kRingWords = kRingBytes / 4;
   static constexpr int64_t kMaxCols = int64_t{1} << 22;  // a block's row offsets in bytes fit in 31 bits
   // Shared memory: the ring, the per-warp column maxima, the scales and their reciprocals, the columns' NaN
   // bytes, the table.
-  static constexpr int kRingSmem = kTileCols * kRingBytes;               // 32 KB (16 KB)
+  static constexpr int kRingSmem = kTileCols * kRingBytes;               // 32 KB
   static constexpr int kMaximaSmem = kWarps * (kTileCols / 2) * 4;       // column pairs per warp
   static constexpr int kScaleSmem = 2 * kTileCols * 4;
   static constexpr int kNanSmem = kTileCols;  // a byte per column: 0xFF where its scale is NaN
@@ -89,35 +73,22 @@ struct SegmentsCarryConfig {
   }
   // Scale columns (row blocks) whose table fits in shared memory beside kCtasPerSm - 1 other CTAs (each
   // with the 1 KB the SM reserves per CTA, in an SM90 SM's 228 KB).
-  static constexpr int kMaxTableEntries = kCtasPerSm * (smem_bytes(2048) + 1024) <= 228 * 1024 ? 2048 : 1024;
+  static constexpr int kMaxTableEntries =
+      kCtasPerSm * (kTableOffset + 2048 * static_cast<int>(sizeof(RowBlock)) + 1024) <= 228 * 1024 ? 2048 : 1024;
   static_assert(kThreads >= 2 * kTileCols, "the partial sectors: a thread per q_t row for the head, one for the tail");
 };
 
 // The dynamic tail (carry_split): a counter in global memory that is 0 when the launch starts (and that the
-// launch leaves at 0), the static range's tiles below an even split (`back`) and the tiles of a run the
-// counter hands out (`chunk`, >= 1), taken when the launch's tiles % CTAs is at most max_remainder.
-// counter == nullptr, or a larger remainder: every CTA one range of carry_range, the counter untouched.
+// launch leaves at 0), taken when the launch's tiles % CTAs is at most max_remainder. counter == nullptr, or
+// a larger remainder: every CTA one range of carry_range, the counter untouched.
 struct CarryDynamic {
   int32_t* counter = nullptr;
-  int32_t back = 0;
-  int32_t chunk = 1;
   int32_t max_remainder = 0;
-};
-
-// The L2 prefetch of every CTA's guessed first tiles before its table (carry_prefetch_guess): `tiles` of
-// them (0: none), asked a row at a time (cp.async.bulk.prefetch, 128 per tile, by 128 threads per tile) or,
-// with `boxes`, one TMA box per tile (cp.async.bulk.prefetch.tensor, by one thread per tile) through
-// `tma_x`: x [R, C] with a box of the tile's columns x kCarryBlockRows rows, encoded only then.
-struct CarryPrefetch {
-  CUtensorMap tma_x;
-  int32_t tiles = 0;
-  bool boxes = false;
 };
 
 // Word index in the ring of q_t column `pos` (absolute) of ring row `row`. Words are XOR-swizzled in
 // units of 4 (a 16-byte chunk stays one aligned chunk) by the row's group of 8, so the lanes of a warp,
-// which write rows 8 m + j (m < kColGroups: 16 of 128-column tiles, 8 of 64-column ones), spread over 8
-// banks instead of one.
+// which write rows 8 m + j (m < 16 column groups), spread over 8 banks instead of one.
 __device__ __forceinline__ int carry_ring_word(int row, int32_t pos) {
   constexpr int kRingWords = kCarryRingBytes / 4;
   const int word = (pos >> 2) & (kRingWords - 1);
@@ -202,83 +173,12 @@ __device__ __forceinline__ void carry_store_part(uint8_t* q_row, const uint8_t* 
   }(std::make_integer_sequence<int, 9>{});
 }
 
-// Measurement only (scripts/experiments/carry_timeline_probe.cu): with WGRAD_CARRY_TIMELINE defined, thread 0
-// of every CTA writes the global timer at eight points to wgrad_carry_timeline[kCarryTimelineSlots *
-// blockIdx.x + k], an array (and its slots per CTA) the including file defines (k: 0 entry, 1 table built, 9
-// the unused scale columns filled, 8 the range known, 2 first tile's loads issued, 3 done, 5 and 6 the end of
-// the first and second tiles), its SM to entry 4 at the entry and the tiles it walked to entry 7.
-#ifdef WGRAD_CARRY_TIMELINE
-#define WGRAD_CARRY_MARK(k)                                                \
-  do {                                                                     \
-    if (threadIdx.x == 0) {                                                \
-      unsigned long long t_;                                               \
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));               \
-      wgrad_carry_timeline[kCarryTimelineSlots * blockIdx.x + (k)] = t_;                     \
-      if ((k) == 0) {                                                      \
-        unsigned sm_;                                                      \
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                   \
-        wgrad_carry_timeline[kCarryTimelineSlots * blockIdx.x + 4] = sm_;                    \
-      }                                                                    \
-    }                                                                      \
-  } while (0)
-#define WGRAD_CARRY_TILES(n)                                                         \
-  do {                                                                               \
-    if (threadIdx.x == 0) wgrad_carry_timeline[kCarryTimelineSlots * blockIdx.x + 7] = (n);            \
-  } while (0)
-#else
-#define WGRAD_CARRY_MARK(k) \
-  do {                      \
-  } while (0)
-#define WGRAD_CARRY_TILES(n) \
-  do {                       \
-  } while (0)
-#endif
-
-// Asks the L2 for the first `tiles` tiles of the walk this CTA most likely takes (carry_prefetch_guess): the
-// ~2.4 us before the first loads (the table, the range) otherwise leave the memory idle, and the first
-// tiles' 12.7 MB then wait in one burst (docs/perf-notes.md, session 35). A thread per (tile, row): one bulk
-// prefetch of the tile's bytes of that row.
-template <int kTileCols, int kElemBytes, int kThreads>
-__device__ __forceinline__ void carry_prefetch_first_tiles(const void* x, int64_t rows, int64_t cols,
-                                                           int64_t segments, int32_t tiles) {
-  const auto col_tiles = static_cast<int32_t>(ceil_div(cols, kTileCols));
-  const int64_t row_bytes = cols * kElemBytes;
-  constexpr int64_t kTileBytes = int64_t{kTileCols} * kElemBytes;
-  for (int i = threadIdx.x; i < tiles * kCarryBlockRows; i += kThreads) {
-    const CarryGuess g = carry_prefetch_guess(rows, segments, col_tiles, blockIdx.x, gridDim.x, i / kCarryBlockRows);
-    const int r = i % kCarryBlockRows;
-    if (r >= g.row_count) continue;
-    const int64_t col_byte = int64_t{g.c} * kTileBytes;
-    const auto bytes = static_cast<uint32_t>(row_bytes - col_byte < kTileBytes ? row_bytes - col_byte : kTileBytes);
-    const char* src = static_cast<const char*>(x) + (int64_t{g.row_start} + r) * row_bytes + col_byte;
-    // (16-byte aligned, a multiple of 16 bytes: the host takes this kernel only for C % 8 == 0 and an aligned x.)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-  }
-}
-
-// The same guesses as carry_prefetch_first_tiles, a TMA box of a whole tile each (thread k < tiles asks for
-// step k): one instruction per tile instead of 128, and the box clipped at x's edges by the TMA unit.
-template <int kTileCols>
-__device__ __forceinline__ void carry_prefetch_first_boxes(const CUtensorMap* tma_x, int64_t rows, int64_t cols,
-                                                           int64_t segments, int32_t tiles) {
-  if (static_cast<int32_t>(threadIdx.x) >= tiles) return;
-  const auto col_tiles = static_cast<int32_t>(ceil_div(cols, kTileCols));
-  const CarryGuess g = carry_prefetch_guess(rows, segments, col_tiles, blockIdx.x, gridDim.x, threadIdx.x);
-  if (g.row_count <= 0) return;
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(tma_x),
-               "r"(g.c * kTileCols), "r"(g.row_start)
-               : "memory");
-}
-
-// kPadded: the padded cast (QuantizeParams::seg_pad > 0; the table's out_start are the padded q_t columns):
-// a segment's last block also stores the zeros of its padding, up to the next block's start.
-template <typename T, int kTileColumns, int kRowsPerThreadV, bool kPadded = false>
-__global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kThreads,
-                                  SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>::kCtasPerSm)
+template <typename T>
+__global__ void __launch_bounds__(SegmentsCarryConfig::kThreads, SegmentsCarryConfig::kCtasPerSm)
     quantize_fp8_1x128_segments_carry_kernel(const QuantizeParams p, const SegmentTableArgs seg_args,
-                                             const CarryDynamic dyn, const __grid_constant__ CarryPrefetch pf) {
+                                             const CarryDynamic dyn) {
   static_assert(sizeof(T) == 2, "16-bit x: one 16-byte load per 8 columns");
-  using Cfg = SegmentsCarryConfig<kTileColumns, kRowsPerThreadV>;
+  using Cfg = SegmentsCarryConfig;
   constexpr int kR = Cfg::kRowsPerThread;
   constexpr uint32_t kAllRows = (1u << kR) - 1u;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -290,24 +190,10 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   int32_t* s_run = reinterpret_cast<int32_t*>(s_nan + Cfg::kTileCols);  // the counter's answer
   RowBlock* table = reinterpret_cast<RowBlock*>(smem + Cfg::kTableOffset);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  WGRAD_CARRY_MARK(0);
 
   const int m = tid % Cfg::kColGroups, pg = tid / Cfg::kColGroups;  // column group (8 columns), row group (kR rows)
-  // The first pf.tiles tiles of the walk the CTA most likely takes, asked of the L2 behind the sizes' load
-  // (carry_prefetch_first_tiles, carry_prefetch_first_boxes).
-  auto prefetch = [&] {
-    if (pf.tiles > 0) {
-      if (pf.boxes) {
-        carry_prefetch_first_boxes<Cfg::kTileCols>(&pf.tma_x, p.rows, p.cols, seg_args.num_segments, pf.tiles);
-      } else {
-        carry_prefetch_first_tiles<Cfg::kTileCols, sizeof(T), Cfg::kThreads>(p.x, p.rows, p.cols,
-                                                                            seg_args.num_segments, pf.tiles);
-      }
-    }
-  };
-  const SegmentSummary summary = build_segment_table_warps(seg_args, table, warp, Cfg::kWarps, prefetch);
+  const SegmentSummary summary = build_segment_table_warps(seg_args, table, warp, Cfg::kWarps);
   __syncthreads();
-  WGRAD_CARRY_MARK(1);
 
   const int64_t cols = p.cols, ldq = p.q_t_ld;
   const int32_t cols32 = static_cast<int32_t>(cols);  // (C <= kMaxCols = 2^22)
@@ -337,21 +223,21 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       }
     }
   }
-  WGRAD_CARRY_MARK(9);
   const int64_t tiles = int64_t{used} * col_tiles;
-  // The static range, then (with a counter) the runs the counter hands out. Thread 0 asks for the next run
-  // at the start of a range's last tile and posts the answer in s_run before the tile's second barrier.
+  // The static range, then (with a counter) the tiles the counter hands out, each walked as a range of its
+  // own. Thread 0 asks for the next one at the start of a range's last tile and posts the answer in s_run
+  // before the tile's second barrier.
   CarrySplit split{};
   int64_t handed_out = 0;  // indices the launch takes from the counter (0: none)
   CarryRange walk;
   bool tail = false;
   if (dyn.counter != nullptr) {
-    const CarrySplit s = carry_split(tiles, gridDim.x, dyn.back, dyn.chunk);
+    const CarrySplit s = carry_split(tiles, gridDim.x);
     tail = s.remainder <= dyn.max_remainder;
     if (tail) split = s;
   }
   if (tail) {
-    handed_out = split.runs > 0 ? split.runs + gridDim.x : 0;
+    handed_out = split.remainder > 0 ? split.remainder + gridDim.x : 0;
     walk = carry_static_range(split, blockIdx.x);
   } else {
     walk = carry_range(tiles, blockIdx.x, gridDim.x);
@@ -362,19 +248,14 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
     if (i == handed_out - 1) atomicExch(dyn.counter, 0);
   };
   auto run_of = [&](int32_t i) {
-    return i < split.runs ? carry_dynamic_run(split, tiles, i) : CarryRange{0, 0, true};
+    return i < split.remainder ? carry_dynamic_run(split, i) : CarryRange{0, 0, true};
   };
-  if (walk.first >= walk.last && handed_out > 0) {  // no static range: the first run from the counter now
+  if (walk.first >= walk.last && handed_out > 0) {  // no static range: the first tile from the counter now
     if (tid == 0) post(atomicAdd(dyn.counter, 1));
     __syncthreads();
     walk = run_of(*s_run);
   }
-  if (walk.first >= walk.last) {
-    WGRAD_CARRY_MARK(2);
-    WGRAD_CARRY_MARK(3);
-    WGRAD_CARRY_TILES(0);
-    return;
-  }
+  if (walk.first >= walk.last) return;
   bool up = walk.up;
   int64_t count = walk.last - walk.first;
   const T* x = static_cast<const T*>(p.x);
@@ -400,7 +281,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
     } else {
 #pragma unroll
       for (int i = 0; i < Cfg::kRowsPerThread; ++i) {
-        const int r = carry_block_row(0, i, shift, kR);
+        const int r = carry_block_row(0, i, shift);
         raw[i] = r < rows_here ? __ldg(reinterpret_cast<const uint4*>(base + r * row_bytes))
                                : make_uint4(0u, 0u, 0u, 0u);
       }
@@ -408,9 +289,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   };
   // The walk as a cursor: one division for the first tile, then carry_step (no 64-bit divisions per tile).
   CarryTile tile = carry_walk_tile(walk, 0, used), prev = tile;
-  WGRAD_CARRY_MARK(8);
   issue_loads(tile);
-  WGRAD_CARRY_MARK(2);
 
   // What the range has stored of q_t's columns in the current run of contiguous tiles: up, every column
   // before `done`; down, every column from `done` on.
@@ -418,8 +297,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
   static_assert(int64_t{Cfg::kMaxTableEntries} * kBlock + 16 < (int64_t{1} << 31), "q_t columns fit in 32 bits");
   const int32_t rows32 = static_cast<int32_t>(p.rows), ldq32 = static_cast<int32_t>(ldq);
   int32_t done = 0;
-  int64_t n = 0;  // tiles walked
-  for (int64_t idx = 0;; ++n) {
+  for (int64_t idx = 0;;) {
     const RowBlock blk = table[tile.b];
     const int32_t a = blk.out_start, e = a + blk.row_count;
     // The last tile of the range or run: the next one comes from the counter (asked now, answered in s_run
@@ -493,7 +371,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       // 0xFF in the bytes of columns whose scale is NaN
       const uint2 nan_bytes = reinterpret_cast<const uint2*>(s_nan)[m];
       const uint32_t nan_lo = nan_bytes.x, nan_hi = nan_bytes.y;
-      // Byte i of column j's group is row carry_block_row(pg, i, shift, kR): valid below row_count. Row groups
+      // Byte i of column j's group is row carry_block_row(pg, i, shift): valid below row_count. Row groups
       // pg >= 1 hold rows kR pg - shift + i (no wrap): the first n of them are valid.
       const int shift = static_cast<int>(a & (kR - 1));
       uint32_t valid = 0u;
@@ -502,7 +380,7 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
         valid = n >= kR ? kAllRows : n <= 0 ? 0u : (1u << n) - 1u;
       } else {
 #pragma unroll
-        for (int i = 0; i < kR; ++i) valid |= (carry_block_row(0, i, shift, kR) < blk.row_count ? 1u : 0u) << i;
+        for (int i = 0; i < kR; ++i) valid |= (carry_block_row(0, i, shift) < blk.row_count ? 1u : 0u) << i;
       }
       const int32_t group = (a - shift) + kR * pg;  // q_t column of byte 0
       const bool whole = (pg > 0 || shift == 0) && valid == kAllRows;
@@ -566,12 +444,8 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
     // 4. Store [S, E): whole sectors from the ring, the parts of sectors shared with another range in
     // aligned pieces.
     // q_t's columns [R, ldq) (< 16 of them) are zero: the last block stores them with its own bytes (zeros
-    // in place of the ring's bytes from data_end on). Padded: also a segment's padding, stored by its last
-    // block, and the columns after the last segment, by the last block (carry_store_bounds; the C++ replay
-    // checks with it which bytes each tile stores as zeros against the layout).
-    const CarryStoreBounds<int32_t> bounds = carry_store_bounds<kPadded, int32_t>(
-        tile.b, used, e, rows32, ldq32, up, carried_in, [&](int32_t j) { return table[j].out_start; },
-        [&](int32_t j) { return table[j].out_start + table[j].row_count; });
+    // in place of the ring's bytes from data_end on; carry_store_bounds, which the C++ replay checks).
+    const CarryStoreBounds<int32_t> bounds = carry_store_bounds<int32_t>(e, rows32, ldq32);
     const int32_t end = bounds.end, data_end = bounds.data_end;
     const CarryStoreRange range = carry_store_range(up, carried_in, carry_out, a, e, end, done);
     const int32_t S = range.from, E = range.to;
@@ -580,9 +454,8 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       const int32_t whole_from = sectors.whole_from, whole_to = sectors.whole_to;
       const int64_t row0 = int64_t{tile.c} * Cfg::kTileCols;
       if (whole_from < whole_to) {
-        // <= 8 chunks, up to 10 with a carried sector or the last block's zero columns (padded: the last
-        // block's may be many more, the zeros after the last segment): lane k of 8 takes chunks k, k + 8, ...
-        // of rows tid / 8 + kRowStep i (a warp: 4 rows x 128 contiguous bytes per store).
+        // <= 8 chunks, up to 10 with a carried sector or the last block's zero columns: lane k of 8 takes
+        // chunks k, k + 8, ... of rows tid / 8 + kRowStep i (a warp: 4 rows x 128 contiguous bytes per store).
         constexpr int kRowStep = Cfg::kThreads / 8;
         const int chunks = static_cast<int>((whole_to - whole_from) >> 4);
         const int tile_rows = static_cast<int>(cols - row0 < Cfg::kTileCols ? cols - row0 : Cfg::kTileCols);
@@ -621,14 +494,10 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
                          tail_part ? sectors.tail_from : S, len, data_end);
       }
     }
-    if (n < 2) WGRAD_CARRY_MARK(5 + n);
-    if (!has_next) {
-      ++n;
-      break;
-    }
+    if (!has_next) break;
     prev = tile;
     tile = next;
-    if (last_of_run) {  // a run from the counter: walked as a range of its own (nothing carried in)
+    if (last_of_run) {  // a tile from the counter: walked as a range of its own (nothing carried in)
       walk = next_run;
       up = walk.up;
       count = walk.last - walk.first;
@@ -637,8 +506,6 @@ __global__ void __launch_bounds__(SegmentsCarryConfig<kTileColumns, kRowsPerThre
       ++idx;
     }
   }
-  WGRAD_CARRY_MARK(3);
-  WGRAD_CARRY_TILES(n);
 }
 
 }  // namespace wgrad::quant
