@@ -83,7 +83,7 @@ def test_gpu_segments_long_runs_of_blocks(dtype, order):
     # ranges: one range per group; cranges: one range per CTA, shared by its groups; 1: row-major, every
     # edge sector shared with another worker's block and written byte-exact) and hands the sector a block
     # ends inside on to the next block (gs.carry, from group to group in shared strips; TileOrder in
-    # kernels/quant/colwise_sm90.cuh). Segment starts at every offset within a sector, segments shorter
+    # kernels/quant/colwise_tile_order.cuh). Segment starts at every offset within a sector, segments shorter
     # than a sector (one block inside one sector, several in a row), empty ones, and a partial last column
     # tile.
     rows, cols = 200_000, 264

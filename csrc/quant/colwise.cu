@@ -1,5 +1,5 @@
 // \brief Host entries of the column-wise FP8 1x128 cast and of "both" (row-wise and column-wise outputs
-// from one read of x): the persistent TMA kernel (kernels/quant/colwise_sm90.cuh) for 16-byte aligned rows,
+// from one read of x): the persistent TMA kernel (kernels/quant/colwise_kernel_sm90.cuh) for 16-byte aligned rows,
 // else the generic kernel.
 #include "ops.h"
 

@@ -14,7 +14,7 @@
 #include "kernels/common/layout.h"
 #include "kernels/common/tma_descriptor.h"
 #include "kernels/gemm/tile_config.h"
-#include "kernels/quant/colwise_sm90.cuh"
+#include "kernels/quant/colwise_kernel_sm90.cuh"
 
 namespace wgrad {
 

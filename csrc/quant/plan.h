@@ -17,7 +17,7 @@ namespace wgrad {
 enum class PlanChoice : int8_t { kAuto, kOn, kOff };
 
 struct SegmentsPlan {
-  // kTma: the persistent TMA kernel of every column cast (kernels/quant/colwise_sm90.cuh); kCarry: the
+  // kTma: the persistent TMA kernel of every column cast (kernels/quant/colwise_kernel_sm90.cuh); kCarry: the
   // carried-sectors kernel (kernels/quant/segments_carry.cuh) wherever it can take the cast (unpadded, 16-bit
   // x with 16-byte aligned rows, at most kMaxWarpSegments segments, a table that fits), else the TMA kernel.
   enum class Kernel : int8_t { kAuto, kTma, kCarry };

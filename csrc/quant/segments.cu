@@ -1,7 +1,7 @@
 // \brief Host entries of the MoE segments casts (column-wise, blocks restarting at every segment of rows;
 // padded: every segment's q_t columns padded to a multiple of `pad`): the plan of a call (quant/plan.h) and
 // the launch of its kernel: the carried-sectors kernel (kernels/quant/segments_carry.cuh), the persistent TMA
-// kernel (kernels/quant/colwise_sm90.cuh, with packed tiles or block tiles in some order), or the generic
+// kernel (kernels/quant/colwise_kernel_sm90.cuh, with packed tiles or block tiles in some order), or the generic
 // kernel for rows that are not 16-byte aligned.
 #include "ops.h"
 

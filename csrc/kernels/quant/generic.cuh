@@ -1,5 +1,5 @@
 // \brief The generic tile kernel of the FP8 1x128 quantization: any alignment, any C, the path of the
-// inputs the vector kernels cannot take. The fast kernels: rowwise.cuh (row-wise), colwise_sm90.cuh
+// inputs the vector kernels cannot take. The fast kernels: rowwise.cuh (row-wise), colwise_kernel_sm90.cuh
 // (column-wise, both, segments) and segments_carry.cuh (segments). Numerics: numerics.cuh. Torch-free.
 //
 // Generic tile kernel: one CTA quantizes a 128 x 128 tile of x [R, C] (row-major). Each thread holds 4

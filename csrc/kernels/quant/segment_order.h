@@ -1,5 +1,5 @@
 // \brief Torch-free, CUDA-free rule of the MoE segments cast's automatic tile order (TileOrder in
-// colwise_sm90.cuh): shared by the kernel (choose_segment_order), the host's per-shape table
+// colwise_tile_order.cuh): shared by the kernel (choose_segment_order), the host's per-shape table
 // (auto_strips of ColwiseSm90Params) and the C++ tests.
 #pragma once
 
@@ -179,7 +179,7 @@ WGRAD_HOST_DEVICE constexpr int64_t typical_segment_blocks(int64_t rows, int64_t
   return mid < range.last ? mid : range.last;
 }
 
-// Packed tiles (build_packed_tiles in colwise_sm90.cuh): a block of `boxes` boxes of 16 rows (in
+// Packed tiles (build_packed_tiles in colwise_tile_order.cuh): a block of `boxes` boxes of 16 rows (in
 // [1, 8]) with `prefix` boxes in the blocks before it lies across a window of kPackedWindowBoxes boxes when
 // it does not end in the window it starts in; it starts a tile when it is the first block, lies across a
 // window, follows a block that does, or starts a new window. Then a tile's blocks lie in one window from
