@@ -5,8 +5,10 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "kernels/common/layout.h"
 #include "quant/plan.h"
@@ -75,6 +77,33 @@ void check_fp32_out(const char* op, const at::Tensor& out, int64_t m, int64_t n)
               out.storage_offset());
 }
 
+// The bytes of t's storage its elements span: [first, last) (numel > 0; torch strides are >= 0).
+struct ByteSpan {
+  int64_t first;
+  int64_t last;
+};
+ByteSpan byte_span(const at::Tensor& t) {
+  int64_t last_element = 0;
+  for (int64_t i = 0; i < t.dim(); ++i) last_element += (t.size(i) - 1) * t.stride(i);
+  const int64_t first = t.storage_offset() * static_cast<int64_t>(t.element_size());
+  return {first, first + (last_element + 1) * static_cast<int64_t>(t.element_size())};
+}
+
+// The kernels write out while they read the operands: out's memory must not overlap any of theirs (the spans
+// of their elements in one storage intersecting counts as overlapping).
+void check_out_apart(const char* op, const at::Tensor& out,
+                     std::initializer_list<std::pair<const char*, const at::Tensor*>> inputs) {
+  if (out.numel() == 0) return;
+  const ByteSpan o = byte_span(out);
+  for (const auto& [name, t] : inputs) {
+    if (t->numel() == 0 || !out.storage().is_alias_of(t->storage())) continue;
+    const ByteSpan s = byte_span(*t);
+    TORCH_CHECK(o.last <= s.first || s.last <= o.first, op, ": out must not overlap ", name,
+                " in memory (the kernel writes out while it reads ", name, "), got out at bytes [", o.first, ", ",
+                o.last, ") and ", name, " at bytes [", s.first, ", ", s.last, ") of one storage");
+  }
+}
+
 // Shared by both k-grouped layouts: out [G, M, N].
 void check_grouped_out(const char* op, const at::Tensor& out, int64_t groups) {
   TORCH_CHECK(out.dim() == 3, op, ": out must be 3-D [G, M, N], got ", out.dim(), "-D ", out.sizes());
@@ -104,6 +133,7 @@ void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa,
   check_mn_major_scales(op, "sa", sa, m, kb);
   check_mn_major_scales(op, "sb", sb, n, kb);
   check_fp32_out(op, out, m, n);
+  check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}});
 }
 
 void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa,
@@ -137,6 +167,7 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::T
   check_mn_major_scales(op, "sa", sa, m, kb_total);
   check_mn_major_scales(op, "sb", sb, n, kb_total);
   check_fp32_out(op, out, m, n);
+  check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}});
 }
 
 void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, const at::Tensor& sa,
@@ -165,6 +196,7 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, 
     check_mn_major_scales(op, name, *s, rows, s->size(1));
   }
   check_fp32_out(op, out, m, n);
+  check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"ks", &ks}});
   if (ks.device().is_cpu()) {
     // On the CPU the sizes can be read without a synchronisation; on CUDA the kernel validates them.
     const int32_t* sizes = ks.const_data_ptr<int32_t>();
