@@ -38,8 +38,8 @@ SOURCES = [
     "csrc/quant/segments.cu",
 ]
 
-# Torch-free C++ tests (GoogleTest), built by CMake only.
-CPP_TEST_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "cpp").glob("test_*.cpp"))
+# Torch-free C++ tests (tests/cpp: the test files and their harness), built by CMake only.
+CPP_TEST_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "cpp").glob("*.cpp"))
 
 # The kernels use wgmma and setmaxnreg: sm_90a (the arch-specific target), not plain sm_90.
 CUDA_ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]

@@ -1,5 +1,5 @@
 // Host-side checks of the facts the SM90 kernel's promotion and epilogue are written against.
-#include <gtest/gtest.h>
+#include "harness.h"
 
 #include <set>
 #include <tuple>

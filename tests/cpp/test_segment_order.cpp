@@ -1,5 +1,5 @@
 // Host-side checks of the segments cast's automatic tile order (kernels/segment_order.h).
-#include <gtest/gtest.h>
+#include "harness.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -119,7 +119,7 @@ TEST(SegmentOrder, StripsKeepRowMajorsBalanceToOneTile) {
         for (int32_t blocks = 1; blocks <= 300; blocks += 7) {
           const int32_t s = auto_segment_strip(blocks, cols, ctas * groups, groups, false);
           const int64_t per_worker = (int64_t{blocks} * cols + ctas * groups - 1) / (ctas * groups);
-          SCOPED_TRACE(testing::Message() << "blocks " << blocks << " cols " << cols << " ctas " << ctas
+          SCOPED_TRACE(wgrad::test::Message() << "blocks " << blocks << " cols " << cols << " ctas " << ctas
                                           << " groups " << groups << " strip " << s);
           if (per_worker > wgrad::quant::kMaxAutoStrip) {
             EXPECT_EQ(s, 0);  // ranges
@@ -137,7 +137,9 @@ TEST(SegmentOrder, StripsKeepRowMajorsBalanceToOneTile) {
           if (s > 1) {
             EXPECT_GE(5 * ((blocks + s - 1) / s) * int64_t{cols}, 4 * int64_t{ctas});
           }
-          if (per_worker <= wgrad::quant::kMaxRowMajorTiles) EXPECT_EQ(s, 1);
+          if (per_worker <= wgrad::quant::kMaxRowMajorTiles) {
+            EXPECT_EQ(s, 1);
+          }
           if (per_worker <= wgrad::quant::kMaxRowMajorTiles16) {
             EXPECT_EQ(auto_segment_strip(blocks, cols, ctas * groups, groups, true), 1);
           } else {

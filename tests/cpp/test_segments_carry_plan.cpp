@@ -8,7 +8,7 @@
 
 #include "bench_split.h"
 
-#include <gtest/gtest.h>
+#include "harness.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -98,7 +98,7 @@ void dynamic_walks(int64_t tiles, int64_t ctas, const DynamicTail& d, std::vecto
 }
 
 // Replays the kernel's walk (quantize_fp8_1x128_segments_carry_kernel, step 4) for `ctas` CTAs: each CTA's
-// range of carry_range, or with `dynamic` the ranges of dynamic_walks. (void: gtest's ASSERT_* return from it.)
+// range of carry_range, or with `dynamic` the ranges of dynamic_walks. (void: ASSERT_* return from it.)
 void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, Stats* out = nullptr,
             const DynamicTail* dynamic = nullptr) {
   const std::vector<Block> blocks = blocks_of(sizes);
@@ -127,7 +127,7 @@ void replay(const std::vector<int64_t>& sizes, int32_t col_tiles, int64_t ctas, 
     }
   } else {
     dynamic_walks(int64_t{used} * col_tiles, ctas, *dynamic, &walks, &owners);
-    if (testing::Test::HasFatalFailure()) return;
+    if (wgrad::test::has_fatal_failure()) return;
   }
   for (size_t w = 0; w < walks.size(); ++w) {
     const CarryRange walk = walks[w];
