@@ -1,6 +1,6 @@
 """Where does the dense kernel's time go? Two modes, for an SM90 machine.
 
-  sweep: for each shape, time our kernel for every BLOCK_N candidate (tuning knob WGRAD_BLOCK_N) and
+  sweep: for each shape, time our kernel for every BLOCK_N candidate (the knob WGRAD_BLOCK_N) and
          the heuristic's pick, cold (L2 flushed before each call, as `python -m wgrad bench`) and warm
          (back-to-back calls, mean over a CUDA-graph replay of many), beside cuBLAS FP8 with one scale
          per tensor (the tensor-core ceiling without fine-grained promotion).
@@ -69,7 +69,8 @@ def warm_ms(fn, calls=20):
     return min(times)
 
 
-# SWEEP_ENV="NAME=v1,v2": also sweep an environment switch (e.g. WGRAD_PAIR_BLOCKS=0,1).
+# SWEEP_ENV="NAME=v1,v2": also sweep an environment knob, e.g. in a measurement build (WGRAD_DIAG_VARIANTS=1)
+# WGRAD_DIAG=0,1,2,4 (csrc/kernels/common/diag.h: which part of the work costs what).
 SWEEP_NAME, _, _values = os.environ.get("SWEEP_ENV", "").partition("=")
 SWEEP_VALUES = _values.split(",") if SWEEP_NAME else [""]
 # SWEEP_BN="auto,160": the BLOCK_N settings to time (default: the heuristic's pick and every candidate).

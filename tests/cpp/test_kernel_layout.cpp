@@ -81,8 +81,8 @@ TEST(TileConfig, SelectionAvoidsRaggedLastWaves) {
     }
 }
 
-// The tile cost model was fitted to a sweep of every width on every dense seed shape (H200, kernel v4c;
-// docs/perf-notes.md): it must keep picking the measured-best width on each.
+// The tile cost model was fitted to a sweep of every width on every dense seed shape (H200,
+// scripts/profile_dense.py): it must keep picking the measured-best width on each.
 TEST(TileConfig, SeedShapesGetTheirMeasuredBestWidth) {
   const struct {
     int64_t m, n;

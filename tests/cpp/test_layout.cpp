@@ -1,4 +1,4 @@
-// \brief Tests of csrc/kernels/layout.h: the index math of the operand contract (torch-free).
+// \brief Tests of csrc/kernels/common/layout.h: the index math of the operand contract (torch-free).
 #include "kernels/common/layout.h"
 
 #include "harness.h"

@@ -1,4 +1,4 @@
-// Host-side checks of the segments cast's automatic tile order (kernels/segment_order.h).
+// Host-side checks of the segments cast's automatic tile order (kernels/quant/segment_order.h).
 #include "harness.h"
 
 #include <algorithm>
@@ -50,23 +50,23 @@ int64_t busiest_group_shared_ranges(int32_t blocks, int32_t cols, int32_t ctas, 
 
 TEST(SegmentOrder, BenchmarkShapesGetTheirMeasuredStrips) {
   // (blocks per column of the benchmark's 8 uneven segments, column tiles): strips shared by 3 groups on
-  // 132 CTAs, as measured in docs/perf-notes.md (sessions 12 and 13), for segments that start inside
+  // 132 CTAs, as measured on an H200 (segment_order.h), for segments that start inside
   // 16-byte chunks (false) and on multiples of 16 bytes (true).
   for (bool starts16 : {false, true}) {
     EXPECT_EQ(auto_segment_strip(36, 56, 396, 3, starts16), 18);   // 4096 x 7168
     EXPECT_EQ(auto_segment_strip(68, 17, 396, 3, starts16), 1);    // 8192 x 2112: row-major
     EXPECT_EQ(auto_segment_strip(68, 32, 396, 3, starts16), 18);   // 8192 x 4096
     EXPECT_EQ(auto_segment_strip(36, 192, 396, 3, starts16), 18);  // 4096 x 24576
-    // No strip keeps row-major's balance: shared ranges (session 18), at 16384 x 7168 (19 tiles per group;
-    // strips of 18 gave 20), 8192 x 7168 (10; strips of 9 gave 11) and 8192 x 5120 (7; row-major before).
+    // No strip keeps row-major's balance: shared ranges, at 16384 x 7168 (19 tiles per group; strips of 18
+    // would give 20), 8192 x 7168 (10; strips of 9 would give 11) and 8192 x 5120 (7; faster than row-major).
     EXPECT_EQ(auto_segment_strip(132, 56, 396, 3, starts16), kSharedRanges);
     EXPECT_EQ(auto_segment_strip(68, 56, 396, 3, starts16), kSharedRanges);
     EXPECT_EQ(auto_segment_strip(68, 40, 396, 3, starts16), kSharedRanges);
     EXPECT_EQ(auto_segment_strip(1608, 3, 132, 1, starts16), 37);  // fp32, one group per CTA (test_quant.py)
     EXPECT_EQ(auto_segment_strip(1608, 3, 396, 3, starts16), 39);
   }
-  // Small shapes: every split stays row-major up to 3 tiles per group (session 23: 8192 x 1536 took strips
-  // of 6 before, 10 points under the row-major kernel), sizes that are multiples of 16 up to 4 (session 13).
+  // Small shapes: every split stays row-major up to 3 tiles per group (8192 x 1536: strips of 6 ran 10 points
+  // under the row-major kernel), sizes that are multiples of 16 up to 4 (kMaxRowMajorTiles16).
   EXPECT_EQ(auto_segment_strip(68, 12, 396, 3, false), 1);   // 8192 x 1536
   EXPECT_EQ(auto_segment_strip(68, 12, 396, 3, true), 1);
   EXPECT_EQ(auto_segment_strip(68, 20, 396, 3, false), 12);  // 8192 x 2560

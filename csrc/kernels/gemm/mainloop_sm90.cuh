@@ -317,7 +317,7 @@ struct MainloopSm90 {
   // scratch0/scratch1 are the two halves' WGMMA accumulators ((MMA,1,1), 64 x BLOCK_N/2 each). (Issuing
   // block k+1's first half before promoting block k's second would overlap more, but then a WGMMA
   // group is in flight across the loop's back edge; ptxas cannot follow that and serializes every
-  // WGMMA (C7514). Measured in docs/perf-notes.md, v5.)
+  // WGMMA (warning C7514), which measured slower.)
   template <class Accum, class Scratch>
   __device__ static void mma_tile(Pipeline& pipeline, PipelineState& state, SharedStorage& smem,
                                   const WorkTile& w, Accum& acc, Scratch& scratch0, Scratch& scratch1,

@@ -15,8 +15,8 @@ using Fp8 = cute::float_e4m3_t;
 // [w * BLOCK_N/2, (w + 1) * BLOCK_N/2) and issues two m64 x n(BLOCK_N/2) x k32 WGMMAs (rows 0-63 and
 // 64-127) per k32 step. Side by side rather than stacked along M: the B tile is then read from shared
 // memory once per K block instead of once per warpgroup, and each thread needs the scales of BLOCK_N/8
-// columns instead of BLOCK_N/4 — shared-memory wavefronts are what bounds this kernel
-// (docs/perf-notes.md, v4).
+// columns instead of BLOCK_N/4 — shared-memory wavefronts are what bounds this kernel (ncu on an H100:
+// the shared-memory pipe is the busiest unit of the mainloop).
 template <int kBlockN>
 using TiledMmaSm90 = decltype(cute::make_tiled_mma(
     cute::GMMA::ss_op_selector<Fp8, Fp8, float, cute::Shape<cute::_64, cute::Int<kBlockN / 2>, cute::Int<kBlockK>>>(),

@@ -54,10 +54,9 @@ __device__ __forceinline__ float block_scale(float amax, bool ue8m0) {
 // element. This is the rule of DeepGEMM's per_token_cast_to_fp8 (`x * (1.0 / sf)`, sf = amax / 448, and
 // its ue8m0 mode with the scale rounded up to a power of two from the fp32 bits), so our casts match it
 // bit for bit (tests/test_quant.py). With ue8m0 scales r is exact and x r == x / s exactly.
-// (Until session 7 the rule was the IEEE quotient x / s, emulated with a three-instruction fma sequence
-// per element: two more FFMAs per element, ~130 of ~790 instructions per warp and tile of the column
-// kernel. Both-at-once, which is issue-bound, gained; Colwise, bound by the memory system, did not:
-// docs/perf-notes.md, "Session 7".)
+// (The IEEE quotient x / s, an earlier rule, needs a three-instruction fma sequence per element: two more
+// FFMAs per element, ~130 of ~790 instructions per warp and tile of the column kernel. Both-at-once, which
+// is issue-bound, was faster without them; Colwise, bound by the memory system, was not.)
 // Clamp: cvt.rn.satfinite maps every finite value beyond +-448 to +-448, exactly what the reference's
 // clamp does before rounding, and the clamp is the identity elsewhere.
 // r must be RN(1/s) exactly (torch's `1.0 / scale`). __frcp_rn would give it, plus a slow-path call for

@@ -33,9 +33,9 @@ WGRAD_HOST_DEVICE inline int64_t strip_busiest_worker(int32_t s, int32_t blocks_
 
 // May the rule take a strip of S blocks? S a multiple of the groups per CTA (with shared strips every
 // group then takes the same blocks of every unit; strips of 17 and 19 ran 1-8 points under 18 on all four
-// shapes that take 18, H200 session 13), at most a fifth of the CTAs without a unit (row-major keeps them
+// shapes that take 18, H200), at most a fifth of the CTAs without a unit (row-major keeps them
 // all busy; 8192 x 1536: strips of 9 left 36 of 132 idle and ran 6 points under row-major, 4096 x 7168:
-// strips of 18 leave 20 idle and run 10 points over it), and its busiest worker no busier than `allowed`
+// strips of 18 leave 20 idle and are 10 points faster), and its busiest worker no busier than `allowed`
 // tiles.
 WGRAD_HOST_DEVICE inline bool strip_allowed(int32_t s, int32_t blocks_per_col, int32_t num_col_tiles, int32_t workers,
                                             int32_t groups, int64_t allowed) {
@@ -52,22 +52,22 @@ WGRAD_HOST_DEVICE inline int32_t row_major_busiest_worker(int32_t blocks_per_col
 
 // Segments whose starts are all multiples of 16 bytes of q_t (and some not of 32) stay row-major up to
 // this many tiles per worker: row-major writes their shared sectors as whole 16-byte halves, and strips
-// ran 2-11 points under it there (H200 session 13: 8192 x 1536 / 2112 / 2560, 3-4 tiles per group,
+// ran 2-11 points under it there (H200: 8192 x 1536 / 2112 / 2560, 3-4 tiles per group,
 // row-major 83.4 / 79.3 / 79.3 % against strips of 6 / 3 / 12 at 72.7 / 77.3 / 75.3 %); from 6 tiles per
 // group on, strips win for them too (4096 x 7168: 77.4 against 71.8 %).
 constexpr int32_t kMaxRowMajorTiles16 = 4;
 
 // Every split stays row-major up to this many tiles per worker: strips there are short (a CTA's groups walk
 // a few blocks each) and, since the row-major launches take a kernel without strips
-// (SegmentTiles::kRowMajorBlocks), it ran 5-10 points of a copy ahead of them (H200 session 23, % of a copy,
-// row-major / the strips the rule took before: 8192 x 1536 in the benchmark's 8 unaligned segments 71.1 /
+// (SegmentTiles::kRowMajorBlocks), it ran 5-10 points of a copy ahead of them (H200, % of a copy,
+// row-major / the strips an earlier rule took: 8192 x 1536 in the benchmark's 8 unaligned segments 71.1 /
 // 61.2 (6), in 32 random ones 63.9 / 53.6 (9); 4096 x 2112 in 16 random segments 59.7 / 49.5 (6)); at 4
 // tiles per worker strips of 12 were ahead (8192 x 2560: 70.8 against 68.7, in 16 random segments 62.5
 // against 56.9).
 constexpr int32_t kMaxRowMajorTiles = 3;
 
 // Shapes of at least this many tiles per worker may take a strip that gives the busiest worker one tile
-// more than row-major when no strip keeps row-major's balance (H200, sessions 13 and 14, unaligned /
+// more than row-major when no strip keeps row-major's balance (H200, unaligned /
 // 16-aligned sizes, % of a copy): 16384 x 7168 (19 per group), strips of 18 (20) 2-5 points over every
 // balanced strip; at 10 per group, 8192 x 7168 strips of 9 73.0-74.9 / 75.1-75.5 against row-major's
 // 61.9-62.7 / 66.0-66.9, 2048 x 24576 strips of 12 68.9 / 72.7 against 65.4 / 61.4; but at 8, 2048 x 18432
@@ -79,8 +79,8 @@ constexpr int32_t kMinTilesForOneMore = 10;
 // taking them in turn (one group per CTA: one range per group). They keep row-major's balance
 // (the busiest group holds ceil(ceil(T / ctas) / groups) = ceil(T / workers) tiles) and carry the sectors
 // inside each range. Where no strip keeps row-major's balance they ran faster than the strip with one tile
-// more and than row-major (H200 session 18, three runs, % of a copy, unaligned / 16-aligned, their gain over
-// the rule before: 8192 x 7168 +0.8 to +3.8 / +0.7 to +3.6, 8192 x 10240 +2.5 / +2.8, 16384 x 7168 +1.1 to
+// more and than row-major (H200, three measurements, % of a copy, unaligned / 16-aligned, their gain over
+// that strip: 8192 x 7168 +0.8 to +3.8 / +0.7 to +3.6, 8192 x 10240 +2.5 / +2.8, 16384 x 7168 +1.1 to
 // +1.6 / +0.8 to +1.5, 8192 x 18432 +2.6 / +2.8, 32768 x 7168 +2.7 / +3.6, and over row-major at 8192 x 5120,
 // 7 tiles per group, +2.8 / +7.4), but not on small shapes (8192 x 2112, 3 tiles per group: 62-64 against
 // row-major's 69-70 %), nor in place of a balanced strip (4096 x 7168, strips of 18: 1-3 points under).
@@ -100,8 +100,8 @@ WGRAD_HOST_DEVICE inline int32_t longest_strip(int32_t groups, int32_t allowed) 
   return groups * allowed < kMaxAutoStrip ? groups * allowed : kMaxAutoStrip;
 }
 
-// The orders the rule takes without trying strips, or -1: 0 (ranges, shared by a CTA's groups since
-// session 18, per group before) beyond kMaxAutoStrip tiles per worker; 1 (row-major) up to kMaxRowMajorTiles,
+// The orders the rule takes without trying strips, or -1: 0 (ranges, shared by a CTA's groups) beyond
+// kMaxAutoStrip tiles per worker; 1 (row-major) up to kMaxRowMajorTiles,
 // and for segments that all start on multiples of 16 bytes up to kMaxRowMajorTiles16.
 WGRAD_HOST_DEVICE inline int32_t fixed_segment_strip(int32_t per_worker, bool starts16) {
   if (per_worker > kMaxAutoStrip) return 0;
@@ -109,12 +109,12 @@ WGRAD_HOST_DEVICE inline int32_t fixed_segment_strip(int32_t per_worker, bool st
   return -1;
 }
 
-// The rule for segments that start inside a sector (measured in docs/perf-notes.md, sessions 10, 12, 13 and
-// 18): 0 (ranges, shared by a CTA's groups) beyond kMaxAutoStrip tiles per worker, else the longest strip S
+// The rule for segments that start inside a sector (the measurements are beside each constant above): 0
+// (ranges, shared by a CTA's groups) beyond kMaxAutoStrip tiles per worker, else the longest strip S
 // in [kMinAutoStrip, min(groups * allowed, kMaxAutoStrip)] that strip_allowed takes with allowed =
 // row-major's busiest worker; failing that, with several groups per CTA and at least
 // kMinTilesForSharedRanges tiles per worker, kSharedRanges (0); with one group per CTA, on shapes of at
-// least kMinTilesForOneMore tiles per worker, a strip with one tile more (session 14, before shared ranges:
+// least kMinTilesForOneMore tiles per worker, a strip with one tile more (measured without shared ranges:
 // 16384 x 7168 strips of 18 leave a group 20 tiles against row-major's 19 and ran 2-5 points faster than
 // every balanced strip; 8192 x 7168: strips of 9, 11 against 10, +10 points over row-major); failing all, 1
 // (row-major). Row-major too up to kMaxRowMajorTiles tiles per worker, and for starts16 (every segment starts
@@ -171,7 +171,7 @@ WGRAD_HOST_DEVICE constexpr SegmentBlockRange segment_block_range(int64_t rows, 
 // sizes that are not multiples of 128 (the benchmark's uneven split: 68 at 8192 rows in 8 segments). Where
 // the automatic order at this B is row-major (for both kinds of starts), the launch takes the kernel
 // without strips (SegmentTiles::kRowMajorBlocks; it ran 2-4.5 points of a copy faster than the kernel of any
-// order on the same row-major walk, H200 session 23) for every B, also the rarer ones for which the rule
+// order on the same row-major walk, H200) for every B, also the rarer ones for which the rule
 // would take strips: the order changes only the speed, never the bits.
 WGRAD_HOST_DEVICE constexpr int64_t typical_segment_blocks(int64_t rows, int64_t segments) {
   const SegmentBlockRange range = segment_block_range(rows, segments);
