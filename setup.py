@@ -8,9 +8,9 @@ Environment:
                 headers shipped in the pinned `nvidia-cutlass` wheel.
   MAX_JOBS      parallel compile jobs (read by torch's ninja build).
   NVCC_THREADS  nvcc's own --threads (default 1).
-  WGRAD_DIAG_VARIANTS=1  a measurement build (-DWGRAD_DIAG_VARIANTS): the kernels then read the knob
+  WGRAD_DIAG_VARIANTS=1  a measurement build (-DWGRAD_DIAG_VARIANTS): the GEMM then reads the knob
                 WGRAD_DIAG, whose bits drop parts of the work (wrong results; timing only, see
-                docs/perf-notes.md). Never for a build that is used or shipped.
+                csrc/kernels/common/diag.h). Never for a build that is used or shipped.
 """
 
 import importlib.util
@@ -23,20 +23,24 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
 
-# Every translation unit of the extension. Host entries (ATen) live in csrc/*.cpp|cu; device code
-# lives in csrc/kernels/ and never includes ATen.
+# Every translation unit of the extension. Host entries (ATen) live in csrc/ (registration, checks),
+# csrc/common/, csrc/gemm/ and csrc/quant/; device code lives in csrc/kernels/ and never includes ATen.
 SOURCES = [
     "csrc/registration.cpp",
     "csrc/checks.cpp",
-    "csrc/gemm_dense.cu",
-    "csrc/gemm_grouped_packed.cu",
-    "csrc/gemm_grouped_contiguous.cu",
-    "csrc/quantize.cu",
-    "csrc/quant/quantize_128x128.cu",
+    "csrc/common/device.cpp",
+    "csrc/gemm/dense.cu",
+    "csrc/gemm/grouped_packed.cu",
+    "csrc/gemm/grouped_contiguous.cu",
+    "csrc/quant/plan.cpp",
+    "csrc/quant/rowwise.cu",
+    "csrc/quant/colwise.cu",
+    "csrc/quant/segments.cu",
+    "csrc/quant/blockwise.cu",
 ]
 
-# Torch-free C++ tests (GoogleTest), built by CMake only.
-CPP_TEST_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "cpp").glob("test_*.cpp"))
+# Torch-free C++ tests (tests/cpp: the test files and their harness), built by CMake only.
+CPP_TEST_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "cpp").glob("*.cpp"))
 
 # The kernels use wgmma and setmaxnreg: sm_90a (the arch-specific target), not plain sm_90.
 CUDA_ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]

@@ -1,13 +1,17 @@
-// \brief The contract of every GEMM op (see the table in registration.cpp), enforced on the host.
+// \brief Every op's contract (see the table in registration.cpp), enforced on the host.
 #include "checks.h"
 
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/core/ScalarType.h>
 
-#include <cstdlib>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <utility>
 
-#include "ops.h"
+#include "kernels/common/layout.h"
+#include "quant/plan.h"
 
 namespace wgrad {
 
@@ -17,8 +21,6 @@ bool aligned(const at::Tensor& t, int64_t bytes) {
   const auto addr = reinterpret_cast<uintptr_t>(t.const_data_ptr());
   return addr % bytes == 0;
 }
-
-}  // namespace
 
 void check_same_device(const char* op, const at::Tensor& ref, const char* name, const at::Tensor& t) {
   TORCH_CHECK(t.device() == ref.device(), op, ": ", name, " must be on ", ref.device(), " like out, got ",
@@ -75,19 +77,41 @@ void check_fp32_out(const char* op, const at::Tensor& out, int64_t m, int64_t n)
               out.storage_offset());
 }
 
-void check_sm90(const char* op, const at::Tensor& t) {
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(t.device().index());
-  TORCH_CHECK(prop->major == 9 && prop->minor == 0, op, ": needs an SM90 GPU (H100/H200/H800, compute capability 9.0); ",
-              t.device(), " is ", prop->name, " with compute capability ", prop->major, ".", prop->minor);
+// The bytes of t's storage its elements span: [first, last) (numel > 0; torch strides are >= 0).
+struct ByteSpan {
+  int64_t first;
+  int64_t last;
+};
+ByteSpan byte_span(const at::Tensor& t) {
+  int64_t last_element = 0;
+  for (int64_t i = 0; i < t.dim(); ++i) last_element += (t.size(i) - 1) * t.stride(i);
+  const int64_t first = t.storage_offset() * static_cast<int64_t>(t.element_size());
+  return {first, first + (last_element + 1) * static_cast<int64_t>(t.element_size())};
 }
 
-int num_sms_of(const at::Tensor& t) { return at::cuda::getDeviceProperties(t.device().index())->multiProcessorCount; }
-
-bool parse_knob_int(const char* v, long* n) {
-  char* end = nullptr;
-  *n = std::strtol(v, &end, 10);
-  return *v != '\0' && *end == '\0';
+// The kernels write out while they read the operands: out's memory must not overlap any of theirs (the spans
+// of their elements in one storage intersecting counts as overlapping).
+void check_out_apart(const char* op, const at::Tensor& out,
+                     std::initializer_list<std::pair<const char*, const at::Tensor*>> inputs) {
+  if (out.numel() == 0) return;
+  const ByteSpan o = byte_span(out);
+  for (const auto& [name, t] : inputs) {
+    if (t->numel() == 0 || !out.storage().is_alias_of(t->storage())) continue;
+    const ByteSpan s = byte_span(*t);
+    TORCH_CHECK(o.last <= s.first || s.last <= o.first, op, ": out must not overlap ", name,
+                " in memory (the kernel writes out while it reads ", name, "), got out at bytes [", o.first, ", ",
+                o.last, ") and ", name, " at bytes [", s.first, ", ", s.last, ") of one storage");
+  }
 }
+
+// Shared by both k-grouped layouts: out [G, M, N].
+void check_grouped_out(const char* op, const at::Tensor& out, int64_t groups) {
+  TORCH_CHECK(out.dim() == 3, op, ": out must be 3-D [G, M, N], got ", out.dim(), "-D ", out.sizes());
+  TORCH_CHECK(out.size(0) == groups, op, ": out.shape[0] must equal the number of groups ", groups, ", got ",
+              out.size(0));
+}
+
+}  // namespace
 
 void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
                                       const at::Tensor& sb, const at::Tensor& out) {
@@ -109,18 +133,8 @@ void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa,
   check_mn_major_scales(op, "sa", sa, m, kb);
   check_mn_major_scales(op, "sb", sb, n, kb);
   check_fp32_out(op, out, m, n);
+  check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}});
 }
-
-namespace {
-
-// Shared by both k-grouped layouts: a [..], out [G, M, N]; returns (M, N).
-void check_grouped_out(const char* op, const at::Tensor& out, int64_t groups) {
-  TORCH_CHECK(out.dim() == 3, op, ": out must be 3-D [G, M, N], got ", out.dim(), "-D ", out.sizes());
-  TORCH_CHECK(out.size(0) == groups, op, ": out.shape[0] must equal the number of groups ", groups, ", got ",
-              out.size(0));
-}
-
-}  // namespace
 
 void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa,
                                                 const at::Tensor& b, const at::Tensor& sb,
@@ -153,6 +167,7 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::T
   check_mn_major_scales(op, "sa", sa, m, kb_total);
   check_mn_major_scales(op, "sb", sb, n, kb_total);
   check_fp32_out(op, out, m, n);
+  check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}});
 }
 
 void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, const at::Tensor& sa,
@@ -181,6 +196,7 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, 
     check_mn_major_scales(op, name, *s, rows, s->size(1));
   }
   check_fp32_out(op, out, m, n);
+  check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"ks", &ks}});
   if (ks.device().is_cpu()) {
     // On the CPU the sizes can be read without a synchronisation; on CUDA the kernel validates them.
     const int32_t* sizes = ks.const_data_ptr<int32_t>();
@@ -191,6 +207,69 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, 
     }
     TORCH_CHECK(sum == k_total, op, ": sum(ks) must equal K_total = ", k_total, ", got ", sum);
   }
+}
+
+// ---- quantization ---------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr int64_t kMaxColTiles = 65535;  // gridDim.y of the generic kernel: one CTA per 128 columns
+
+}  // namespace
+
+void check_quantize_input(const char* op, const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2, op, ": x must be 2-D [R, C] (the Python layer flattens leading dims), got ", x.dim(),
+              "-D ", x.sizes());
+  const auto dt = x.scalar_type();
+  TORCH_CHECK(dt == at::kBFloat16 || dt == at::kHalf || dt == at::kFloat, op,
+              ": x must be bfloat16, float16 or float32, got ", dt);
+  TORCH_CHECK(x.is_contiguous(), op, ": x must be contiguous (row-major [R, C]), got strides ", x.strides(),
+              " for shape ", x.sizes());
+  TORCH_CHECK(x.size(0) <= std::numeric_limits<int32_t>::max(), op, ": x must have at most 2^31 - 1 rows, got ",
+              x.size(0));
+  TORCH_CHECK(ceil_div(x.size(1), kScaleBlockK) <= kMaxColTiles, op, ": x must have at most ",
+              kMaxColTiles * kScaleBlockK, " columns (one CTA per 128), got ", x.size(1));
+}
+
+void check_segment_sizes(const char* op, const at::Tensor& x, const at::Tensor& sizes) {
+  TORCH_CHECK(sizes.scalar_type() == at::kInt, op, ": sizes must be int32, got ", sizes.scalar_type());
+  TORCH_CHECK(sizes.dim() == 1, op, ": sizes must be 1-D [G], got ", sizes.dim(), "-D ", sizes.sizes());
+  TORCH_CHECK(sizes.size(0) >= 1, op, ": sizes must name at least one segment, got an empty tensor");
+  TORCH_CHECK(sizes.is_contiguous(), op, ": sizes must be contiguous, got strides ", sizes.strides());
+  TORCH_CHECK(sizes.device() == x.device(), op, ": sizes must be on ", x.device(), " like x, got ", sizes.device());
+  if (sizes.device().is_cpu()) {
+    // On the CPU the values can be read without a synchronisation; on CUDA the kernel validates them.
+    const int32_t* s = sizes.const_data_ptr<int32_t>();
+    int64_t sum = 0;
+    for (int64_t g = 0; g < sizes.size(0); ++g) {
+      TORCH_CHECK(s[g] >= 0, op, ": sizes[", g, "] must be >= 0, got ", s[g]);
+      sum += s[g];
+    }
+    TORCH_CHECK(sum == x.size(0), op, ": sum(sizes) must equal the rows of x, R = ", x.size(0), ", got ", sum);
+  }
+}
+
+void check_segment_pad(const char* op, int64_t pad) {
+  TORCH_CHECK(pad == 16 || pad == 32 || pad == 64 || pad == 128, op, ": pad must be 16, 32, 64 or 128, got ", pad);
+}
+
+void check_quantize_fp8_1x128(const at::Tensor& x) { check_quantize_input("quantize_fp8_1x128", x); }
+
+void check_quantize_fp8_1x128_segments(const at::Tensor& x, const at::Tensor& sizes) {
+  constexpr const char* op = "quantize_fp8_1x128_colwise_segments";
+  check_quantize_input(op, x);
+  check_segment_sizes(op, x, sizes);
+}
+
+void check_quantize_fp8_1x128_segments_padded(const at::Tensor& x, const at::Tensor& sizes, int64_t pad) {
+  constexpr const char* op = "quantize_fp8_1x128_colwise_segments_padded";
+  check_quantize_input(op, x);
+  check_segment_sizes(op, x, sizes);
+  check_segment_pad(op, pad);
+}
+
+void check_quantize_fp8_1x128_segments_plan(c10::string_view plan) {
+  parse_segments_plan("_quantize_fp8_1x128_colwise_segments_with_plan", std::string(plan));
 }
 
 void check_quantize_fp8_128x128(const at::Tensor& w) {

@@ -1,34 +1,44 @@
-// \brief Reusable argument checks of the host entries. Every message names the op, the argument, the
-// expected and the actual value.
+// \brief Every op's argument checks: the source of truth of the contract written beside the schemas in
+// registration.cpp. Each throws c10::Error naming the op, the argument, the expected and the actual value,
+// and writes nothing. The host entries call them before any launch; the `_check_*` ops expose them to the
+// Python CPU kernels (python/wgrad/_ops.py, quant.py, _plans.py), whose fake kernels mirror them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/string_view.h>
 
 #include <cstdint>
 
-#include "kernels/layout.h"
-
 namespace wgrad {
 
-// fp8 e4m3 operand [rows, k], K-contiguous, TMA-ready (16-byte row stride and base).
-void check_fp8_operand(const char* op, const char* name, const at::Tensor& t, int64_t rows, int64_t k);
+// ---- GEMMs ---------------------------------------------------------------------------------------------
+void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
+                                      const at::Tensor& sb, const at::Tensor& out);
+void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa,
+                                                const at::Tensor& b, const at::Tensor& sb,
+                                                const at::Tensor& out, c10::IntArrayRef ks);
+void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, const at::Tensor& sa,
+                                                           const at::Tensor& b, const at::Tensor& sb,
+                                                           const at::Tensor& out, const at::Tensor& ks);
 
-// fp32 scales [mn, kb], TMA-aligned MN-major (stride(0) == 1, stride(1) % 4 == 0, stride(1) >= mn).
-void check_mn_major_scales(const char* op, const char* name, const at::Tensor& s, int64_t mn, int64_t kb);
+// ---- quantization: the pieces, for the messages of the op `op` ---------------------------------------
+// x of every cast: 2-D, bfloat16 / float16 / float32, contiguous, at most 2^31 - 1 rows and 65535 column
+// tiles.
+void check_quantize_input(const char* op, const at::Tensor& x);
+// sizes of the segments casts: int32 [G >= 1], contiguous, on x's device; on the CPU also each >= 0 and
+// summing to R (on CUDA the kernels validate them, without a host synchronisation).
+void check_segment_sizes(const char* op, const at::Tensor& x, const at::Tensor& sizes);
+// pad of the padded segments cast: 16, 32, 64 or 128.
+void check_segment_pad(const char* op, int64_t pad);
 
-// fp32 out whose last two dims are [m, n]: stride(-1) == 1, other strides multiples of 4, 16-byte base.
-void check_fp32_out(const char* op, const at::Tensor& out, int64_t m, int64_t n);
-
-// Every tensor on `ref`'s device.
-void check_same_device(const char* op, const at::Tensor& ref, const char* name, const at::Tensor& t);
-
-// t's CUDA device is an SM90 part (the kernels use wgmma, setmaxnreg and TMA).
-void check_sm90(const char* op, const at::Tensor& t);
-
-// SMs of t's CUDA device: the persistent kernels size their grids by it.
-int num_sms_of(const at::Tensor& t);
-
-// A tuning knob's value as a whole decimal integer: false for "", "2x", "yes".
-bool parse_knob_int(const char* v, long* n);
+// ---- quantization: the `_check_*` ops -----------------------------------------------------------------
+void check_quantize_fp8_1x128(const at::Tensor& x);
+void check_quantize_fp8_1x128_segments(const at::Tensor& x, const at::Tensor& sizes);
+void check_quantize_fp8_1x128_segments_padded(const at::Tensor& x, const at::Tensor& sizes, int64_t pad);
+// The weight of the 128x128 cast: 2-D, bf16/fp16/fp32, contiguous.
+void check_quantize_fp8_128x128(const at::Tensor& w);
+// The plan string of _quantize_fp8_1x128_colwise_segments_with_plan (quant/plan.h).
+void check_quantize_fp8_1x128_segments_plan(c10::string_view plan);
 
 }  // namespace wgrad

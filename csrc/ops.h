@@ -1,25 +1,17 @@
-// \brief Host entry points of every torch.ops.wgrad op (declared once, registered in registration.cpp).
+// \brief Host entry points of every torch.ops.wgrad op (declared once, registered in registration.cpp). Their
+// argument checks: checks.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
+#include <c10/util/string_view.h>
 
+#include <cstdint>
 #include <tuple>
 
 namespace wgrad {
 
-// ---- argument checks (checks.cpp): the source of truth for every op's contract ----------------------
-// Each throws c10::Error naming the argument, the expected and the actual value, and writes nothing.
-void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
-                                      const at::Tensor& sb, const at::Tensor& out);
-void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa,
-                                                const at::Tensor& b, const at::Tensor& sb,
-                                                const at::Tensor& out, c10::IntArrayRef ks);
-void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, const at::Tensor& sa,
-                                                           const at::Tensor& b, const at::Tensor& sb,
-                                                           const at::Tensor& out, const at::Tensor& ks);
-
-// ---- SM90 GEMMs (gemm_dense.cu, gemm_grouped.cu) -------------------------------------------------------
+// ---- SM90 GEMMs (gemm/dense.cu, gemm/grouped_packed.cu, gemm/grouped_contiguous.cu) --------------------
 void wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
                                      const at::Tensor& sb, const at::Tensor& out);
 void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Tensor& sa,
@@ -29,11 +21,7 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(const at::Tensor& a, c
                                                           const at::Tensor& b, const at::Tensor& sb,
                                                           const at::Tensor& out, const at::Tensor& ks);
 
-// ---- quantization (quantize.cu) ---------------------------------------------------------------------
-void check_quantize_fp8_1x128(const at::Tensor& x);
-void check_quantize_fp8_1x128_segments(const at::Tensor& x, const at::Tensor& sizes);
-void check_quantize_fp8_1x128_segments_padded(const at::Tensor& x, const at::Tensor& sizes, int64_t pad);
-
+// ---- quantization (quant/rowwise.cu, quant/colwise.cu, quant/segments.cu, quant/blockwise.cu) ----------
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_rowwise_cuda(const at::Tensor& x, bool ue8m0);
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_cuda(const at::Tensor& x, bool ue8m0);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_both_cuda(
@@ -43,9 +31,11 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(cons
                                                                             bool ue8m0);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_padded_cuda(
     const at::Tensor& x, const at::Tensor& sizes, int64_t pad, bool ue8m0);
-
-// ---- 128x128 weight cast (quant/quantize_128x128.cu) -------------------------------------------------
-void check_quantize_fp8_128x128(const at::Tensor& w);
+// The segments casts with an explicit plan (quant/plan.h): pad 0 the unpadded cast (padded_sizes: a copy of
+// sizes), else the padded one.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_with_plan_cuda(
+    const at::Tensor& x, const at::Tensor& sizes, int64_t pad, bool ue8m0, c10::string_view plan);
+// The 128x128 weight cast: q, scales, q_t, scales_t.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_128x128_cuda(const at::Tensor& w,
                                                                                      bool ue8m0);
 

@@ -48,6 +48,11 @@
 //                columns to a multiple of pad (16/32/64/128): q_t [C, K], K = floor((R + G (pad - 1)) / pad)
 //                * pad, scales [C, ceil(K/128) + G - 1], and padded_sizes int32 [G] (align_up(size, pad),
 //                the last one the rest of K): what the contiguous-K GEMM takes for any token counts.
+//
+// Private: _quantize_fp8_1x128_colwise_segments_with_plan(x, sizes, pad, ue8m0, plan) -> (q_t, scales_t,
+//   padded_sizes), the segments cast (pad 0) or the padded one (pad 16/32/64/128, padded_sizes as above;
+//   pad 0: a copy of sizes) on the path a plan string names (csrc/quant/plan.h: kernel, tile order, packed
+//   tiles, dynamic tail) instead of the automatic one. The same bits whatever the plan: for tests.
 //   128x128(w) -> w [N, K] in 128 x 128 blocks (the weight cast of the FP8 layers): q [N, K] and q_t [K, N]
 //                contiguous (the same codes, transposed), scales [ceil(N/128), ceil(K/128)] and scales_t
 //                (its transpose) contiguous: the operands of fprop (x W^T) and dgrad (dY W).
@@ -55,6 +60,7 @@
 
 #include <torch/library.h>
 
+#include "checks.h"
 #include "ops.h"
 
 TORCH_LIBRARY(wgrad, m) {
@@ -88,12 +94,17 @@ TORCH_LIBRARY(wgrad, m) {
       "quantize_fp8_1x128_colwise_segments_padded(Tensor x, Tensor sizes, int pad=32, bool ue8m0=False) -> "
       "(Tensor q_t, Tensor scales_t, Tensor padded_sizes)");
   m.def(
+      "_quantize_fp8_1x128_colwise_segments_with_plan(Tensor x, Tensor sizes, int pad, bool ue8m0, str plan) -> "
+      "(Tensor q_t, Tensor scales_t, Tensor padded_sizes)");
+  m.def(
       "quantize_fp8_128x128(Tensor w, bool ue8m0=False) -> "
       "(Tensor q, Tensor scales, Tensor q_t, Tensor scales_t)");
   m.def("_check_quantize_fp8_1x128(Tensor x) -> ()");
   m.def("_check_quantize_fp8_128x128(Tensor w) -> ()");
   m.def("_check_quantize_fp8_1x128_segments(Tensor x, Tensor sizes) -> ()");
   m.def("_check_quantize_fp8_1x128_segments_padded(Tensor x, Tensor sizes, int pad) -> ()");
+  // (No tensor argument: one kernel for every backend, fake tensors included.)
+  m.def("_check_quantize_fp8_1x128_segments_plan(str plan) -> ()", &wgrad::check_quantize_fp8_1x128_segments_plan);
 }
 
 namespace {
@@ -126,10 +137,13 @@ TORCH_LIBRARY_IMPL(wgrad, CUDA, m) {
   m.impl("quantize_fp8_1x128_both", &wgrad::quantize_fp8_1x128_both_cuda);
   m.impl("quantize_fp8_1x128_colwise_segments", &wgrad::quantize_fp8_1x128_colwise_segments_cuda);
   m.impl("quantize_fp8_1x128_colwise_segments_padded", &wgrad::quantize_fp8_1x128_colwise_segments_padded_cuda);
+  m.impl("_quantize_fp8_1x128_colwise_segments_with_plan",
+         &wgrad::quantize_fp8_1x128_colwise_segments_with_plan_cuda);
   m.impl("quantize_fp8_128x128", &wgrad::quantize_fp8_128x128_cuda);
 }
 
-// CPU kernels of the public ops are the reference math, registered from python/wgrad/_ops.py.
+// CPU kernels of the public ops are the reference math, registered from python/wgrad/_ops.py and quant.py;
+// the private op's from python/wgrad/_plans.py.
 
 // A Python module object so that `import wgrad._C` loads the library (and its registrations).
 #include <Python.h>

@@ -1,6 +1,6 @@
 """Where does the dense kernel's time go? Two modes, for an SM90 machine.
 
-  sweep: for each shape, time our kernel for every BLOCK_N candidate (tuning knob WGRAD_BLOCK_N) and
+  sweep: for each shape, time our kernel for every BLOCK_N candidate (the knob WGRAD_BLOCK_N) and
          the heuristic's pick, cold (L2 flushed before each call, as `python -m wgrad bench`) and warm
          (back-to-back calls, mean over a CUDA-graph replay of many), beside cuBLAS FP8 with one scale
          per tensor (the tensor-core ceiling without fine-grained promotion).
@@ -17,7 +17,10 @@ import sys
 import torch
 
 import wgrad
-from wgrad import bench
+from wgrad.bench.common import first_line
+from wgrad.bench.problems import random_fp8, random_scales
+from wgrad.bench.shapes import DENSE_SEED_SHAPES
+from wgrad.bench.timing import L2_FLUSH_BYTES, time_calls
 
 
 class Problem:
@@ -25,17 +28,17 @@ class Problem:
         gen = torch.Generator(device="cuda")
         gen.manual_seed(0)
         kb = (k + 127) // 128
-        self.a = bench.random_fp8(m, k, "cuda", gen)
-        self.b = bench.random_fp8(n, k, "cuda", gen)
-        self.sa = bench.random_scales(m, kb, "cuda", gen)
-        self.sb = bench.random_scales(n, kb, "cuda", gen)
+        self.a = random_fp8(m, k, "cuda", gen)
+        self.b = random_fp8(n, k, "cuda", gen)
+        self.sa = random_scales(m, kb, "cuda", gen)
+        self.sb = random_scales(n, kb, "cuda", gen)
         self.out = torch.zeros(m, n, device="cuda")
 
 
 def shapes_from(args):
     if args:
         return [tuple(int(x) for x in a.split(",")) for a in args]
-    return list(bench.DENSE_SEED_SHAPES)
+    return list(DENSE_SEED_SHAPES)
 
 
 _flush = None
@@ -45,8 +48,8 @@ def cold_ms(fn, reps=15):
     """Median of single calls with the L2 flushed before each, as `python -m wgrad bench` does."""
     global _flush
     if _flush is None:
-        _flush = torch.empty(bench.L2_FLUSH_BYTES // 4, device="cuda")
-    return statistics.median(bench.time_calls(fn, reps, 3, _flush, torch.device("cuda")))
+        _flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
+    return statistics.median(time_calls(fn, reps, 3, _flush, torch.device("cuda")))
 
 
 def warm_ms(fn, calls=20):
@@ -69,7 +72,8 @@ def warm_ms(fn, calls=20):
     return min(times)
 
 
-# SWEEP_ENV="NAME=v1,v2": also sweep an environment switch (e.g. WGRAD_PAIR_BLOCKS=0,1).
+# SWEEP_ENV="NAME=v1,v2": also sweep an environment knob, e.g. in a measurement build (WGRAD_DIAG_VARIANTS=1)
+# WGRAD_DIAG=0,1,2,4 (csrc/kernels/common/diag.h: which part of the work costs what).
 SWEEP_NAME, _, _values = os.environ.get("SWEEP_ENV", "").partition("=")
 SWEEP_VALUES = _values.split(",") if SWEEP_NAME else [""]
 # SWEEP_BN="auto,160": the BLOCK_N settings to time (default: the heuristic's pick and every candidate).
@@ -107,7 +111,7 @@ def sweep(args):
             c, w = cold_ms(tensorwise), warm_ms(tensorwise)
             print(f"{m:>6}x{n:>6}x{k:>6} {'cuBLAS-1s':>5} {flops / c / 1e9:8.0f} {flops / w / 1e9:8.0f}", flush=True)
         except Exception as e:  # noqa: BLE001 - informational only
-            print("cuBLAS tensorwise failed:", bench.first_line(e))
+            print("cuBLAS tensorwise failed:", first_line(e))
         del p
         torch.cuda.empty_cache()
 

@@ -4,8 +4,9 @@
 # registers live at once, how many instructions run with at least PEAK_MIN (default 66) live, the source
 # lines they come from, and every spill (STL/LDL) with its line and live count.
 #   scripts/register_peaks.sh OBJ.o
-# Compile a single kernel first, e.g. a .cu that includes kernels/quantize_colwise_sm90.cuh and
-# instantiates one kernel, with the build's nvcc flags plus -lineinfo (docs/perf-notes.md, session 22).
+# An object of the build (build/temp.*/csrc/quant/segments.o), or a .cu that includes one kernel's header
+# (e.g. kernels/quant/colwise_kernel_sm90.cuh) and instantiates it, compiled with the build's nvcc flags
+# (build/build.log has them; -lineinfo gives the source lines).
 set -euo pipefail
 OBJ=$(readlink -f "$1")
 tool() {  # cuobjdump / nvdisasm: on PATH, in CUDA_HOME, or from the nvidia-cuda-* wheels

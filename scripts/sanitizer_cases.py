@@ -3,7 +3,6 @@ K not a multiple of 128, and both k-grouped layouts with an empty and an unalign
 kernels on awkward shapes. With the argument `quant`, the quantization calls only (for racecheck); with
 `carry`, the carry kernel's only (carry_cases)."""
 
-import os
 import sys
 
 import torch
@@ -78,45 +77,29 @@ def quant_cases(dev):
         for pad in (16, 32):  # padded segments: zero columns between segments and after the last
             wgrad.quantize_fp8_1x128_colwise_segments_padded(x, torch.tensor(sizes, dtype=torch.int32, device=dev),
                                                              pad)
-    # The segments cast in shared strips and shared ranges (a CTA's consumer groups hand the sectors
-    # between their blocks to each other through shared memory), forced: these inputs are too small for the
-    # kernel to choose them; and with packed tiles forced on and off, also on many short segments (packed by
-    # default: 30 rows per segment).
+    # The segments cast's forced paths (the private plan op, csrc/quant/plan.h): shared strips and shared ranges
+    # (a CTA's consumer groups hand the sectors between their blocks to each other through shared memory;
+    # these inputs are too small for the automatic order to take them), packed tiles on and off, also on
+    # many short segments (packed by default: 30 rows per segment).
     x = torch.randn(6000, 1000, device=dev, dtype=torch.bfloat16)
     short = [(g * 37) % 61 for g in range(199)]
-    for var, value in (("WGRAD_SEGMENT_ORDER", "c4"), ("WGRAD_SEGMENT_ORDER", "cranges"),
-                       ("WGRAD_SEGMENTS_PACKED", "1"), ("WGRAD_SEGMENTS_PACKED", "0")):
-        os.environ[var] = value
-        try:
-            for sizes in ([1000, 37, 0, 2963, 5, 1995], [1008, 48, 0, 2944, 16, 1984], short + [6000 - sum(short)]):
-                wgrad.quantize_fp8_1x128_colwise_segments(x, torch.tensor(sizes, dtype=torch.int32, device=dev))
-        finally:
-            del os.environ[var]
+    for plan in ("kernel=tma,order=c4", "kernel=tma,order=cranges", "kernel=tma,packed=on", "kernel=tma,packed=off"):
+        for sizes in ([1000, 37, 0, 2963, 5, 1995], [1008, 48, 0, 2944, 16, 1984], short + [6000 - sum(short)]):
+            segments_with_plan(x, sizes, plan)
 
 
 def carry_cases(dev):
     # The segments cast's carry kernel, forced (these inputs are below its automatic rule): 17 column tiles of
-    # ~50 blocks, so that the CTAs walk 1-3 tiles and carry sectors between them (its shared ring), under every
-    # tile shape, the dynamic tail, both prefetch forms, and its padded form.
+    # ~50 blocks, so that the CTAs walk 1-3 tiles and carry sectors between them (its shared ring), with the
+    # dynamic tail on every launch and without it.
     x = torch.randn(6000, 2112, device=dev, dtype=torch.bfloat16)
-    sizes = torch.tensor([700, 0, 13, 1287, 1000, 3000], dtype=torch.int32, device=dev)
-    settings = ({"WGRAD_CARRY_TILE": "128x8"}, {"WGRAD_CARRY_TILE": "64x8"}, {"WGRAD_CARRY_TILE": "64x4"},
-                {"WGRAD_CARRY_DYNAMIC": "0:1"}, {"WGRAD_CARRY_DYNAMIC": "1:2"}, {"WGRAD_CARRY_PREFETCH": "2"},
-                {"WGRAD_CARRY_PREFETCH": "box2"})
-    for env in settings:
-        env = dict(env, WGRAD_SEGMENT_KERNEL="carry")
-        os.environ.update(env)
-        try:
-            wgrad.quantize_fp8_1x128_colwise_segments(x, sizes)
-            wgrad.quantize_fp8_1x128_colwise_segments_padded(x, sizes, 32)
-        finally:
-            for var in env:
-                del os.environ[var]
-    os.environ["WGRAD_SEGMENT_KERNEL"] = "carry"
-    try:
-        wgrad.quantize_fp8_1x128_colwise_segments_padded(x, sizes, 16)  # (parts where a padding ends mid-sector)
-    finally:
-        del os.environ["WGRAD_SEGMENT_KERNEL"]
+    for plan in ("kernel=carry", "kernel=carry,tail=on", "kernel=carry,tail=off"):
+        segments_with_plan(x, [700, 0, 13, 1287, 1000, 3000], plan)
+
+
+def segments_with_plan(x, sizes, plan):
+    sizes = torch.tensor(sizes, dtype=torch.int32, device=x.device)
+    torch.ops.wgrad._quantize_fp8_1x128_colwise_segments_with_plan(x, sizes, 0, False, plan)
 
 
 if __name__ == "__main__":

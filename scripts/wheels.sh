@@ -1,6 +1,6 @@
-# Sourced by the device scripts (gpu_check.sh, device_run.sh, experiments/ab_quant.sh), from the repository
-# root: install_wheels DIR installs the wheels found in .whl/ (nvidia-cutlass, for a machine without
-# internet) into DIR and puts DIR first on PYTHONPATH; nothing when there are none. Returns pip's status.
+# Sourced by scripts/gpu_check.sh, from the repository root: install_wheels DIR installs the wheels found in
+# .whl/ (nvidia-cutlass, for a machine without internet) into DIR and puts DIR first on PYTHONPATH; nothing
+# when there are none. Returns pip's status.
 install_wheels() {
   compgen -G ".whl/*.whl" > /dev/null || return 0
   local log rc

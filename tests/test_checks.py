@@ -488,3 +488,43 @@ def test_packed_api_names_the_rank_of_out(out_shape, shown):
     with pytest.raises(ValueError, match=rf"out must be 3-D \[G, M, N\], got {shown}"):
         wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, KS_PACKED)
     assert torch.equal(bits(out), before)
+def _in_out_storage(op, name, device, overlap):
+    """The good inputs of `op` with `name` moved into out's storage: 16 bytes into out's span (overlap), or
+    past its end (apart: one storage, no shared byte). The values are the good ones."""
+    args = GOOD[op](device)
+    out, t = args["out"], args[name]
+
+    def span(x):
+        return (sum((s - 1) * st for s, st in zip(x.shape, x.stride())) + 1) * x.element_size()
+
+    out_bytes = (span(out) + 15) // 16 * 16
+    buf = torch.zeros(out_bytes + span(t) + 32, dtype=torch.uint8, device=device)
+    args["out"] = buf.view(torch.float32).as_strided(out.shape, out.stride(), 0)
+    args[name] = buf.view(t.dtype).as_strided(t.shape, t.stride(), (16 if overlap else out_bytes) // t.element_size())
+    if device != "meta":
+        args["out"].copy_(out)
+        args[name].copy_(t)
+    return args
+
+
+def _overlap_params():
+    for op, names in TENSOR_ARGS.items():
+        for name in names:
+            for device in ("cpu", "meta"):
+                yield pytest.param(op, name, device, id=f"{SHORT[op]}-{name}-{device}")
+            yield cuda_param(op, name, "cuda", id=f"{SHORT[op]}-{name}-cuda")
+
+
+@pytest.mark.parametrize("op, name, device", list(_overlap_params()))
+def test_out_overlapping_an_input_rejected(op, name, device):
+    """The kernels write out while they read every other tensor argument: out sharing memory with one of
+    them is rejected (C++ checks and fake kernels alike), out untouched; the same storage without a shared
+    byte is accepted."""
+    args = _in_out_storage(op, name, device, overlap=True)
+    out = args["out"]
+    before = None if device == "meta" else bits(out)
+    with pytest.raises(RuntimeError, match=rf"{op}: out must not overlap {name} in memory"):
+        call(op, args)
+    if before is not None:
+        assert torch.equal(bits(out), before), "a rejected call wrote to out"
+    call(op, _in_out_storage(op, name, device, overlap=False))

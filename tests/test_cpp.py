@@ -26,7 +26,7 @@ GENERATED = ("Makefile", "build.ninja")
 
 
 # ------------------------------------------------------------------ the binary's interface ----------
-# The only place that knows the test binary's flags and output format (GoogleTest's today).
+# The only place that knows the test binary's flags and output format (tests/cpp/harness.h: GoogleTest's).
 
 
 def list_command(binary: Path) -> List[str]:
@@ -34,7 +34,7 @@ def list_command(binary: Path) -> List[str]:
 
 
 def parse_test_list(stdout: str) -> List[str]:
-    """Names of every test the binary holds, from its listing (GoogleTest: `Suite.` lines, then indented
+    """Names of every test the binary holds, from its listing (`Suite.` lines, then indented
     `Name  # GetParam() = ...` lines; typed/parametrized names included)."""
     names, suite = [], None
     for line in stdout.splitlines():

@@ -317,8 +317,9 @@ def test_gpu_accuracy_seed_shapes(m, n, k):
 @pytest.mark.parametrize("m, n, k", [pytest.param(*s, marks=GPU_MARKS)
                                      for s in [(129, 4097, 1008), (255, 1000, 144), (33, 331, 8208)]])
 def test_gpu_every_tile_width(monkeypatch, block_n, m, n, k):
-    """The tuning knob WGRAD_BLOCK_N reaches every kernel instance, whatever the heuristic would pick:
-    each must be right on partial tiles and a ragged right edge (N % 4 != 0)."""
+    """WGRAD_BLOCK_N (the release build's one knob, csrc/common/knobs.h) reaches every kernel instance,
+    whatever the heuristic would pick: each must be right on partial tiles and a ragged right edge
+    (N % 4 != 0)."""
     monkeypatch.setenv("WGRAD_BLOCK_N", str(block_n))
     _gpu_check_accuracy(m, n, k, seed=block_n + m)
 
@@ -326,7 +327,7 @@ def test_gpu_every_tile_width(monkeypatch, block_n, m, n, k):
 @pytest.mark.parametrize("m, n, k", [pytest.param(*s, marks=GPU_MARKS) for s in [(129, 4097, 1008), (7168, 2112, 4096)]])
 def test_gpu_measurement_knob_has_no_effect_in_a_release_build(monkeypatch, m, n, k):
     """WGRAD_DIAG (every bit set: no promotion, no epilogue, ...) is read only by a measurement build
-    (-DWGRAD_DIAG_VARIANTS, docs/perf-notes.md): the extension under test must ignore it. (Run on a
+    (WGRAD_DIAG_VARIANTS=1, csrc/common/knobs.h): the extension under test must ignore it. (Run on a
     measurement build, this test fails, as it should: such a build is not for shipping.)"""
     monkeypatch.setenv("WGRAD_DIAG", "127")
     _gpu_check_accuracy(m, n, k, seed=m + k)

@@ -12,16 +12,13 @@ from wgrad import reference
 from wgrad.scales import align_up, k_block_capacity, num_k_blocks
 
 from helpers import SEGMENT_CASES, on_poisoned_outputs, rel_frobenius
+from quant_helpers import sm90
 
 OPS = torch.ops.wgrad
 PADS = [16, 32, 64, 128]
 SCALE_NAN_BITS = 0x7FC00000
 CASES = SEGMENT_CASES + [(0, [0])]  # (0, [0]): K = 0, nothing to launch, padded sizes from tensor ops
 
-sm90 = pytest.mark.skipif(
-    not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)),
-    reason="needs an SM90 GPU",
-)
 
 
 def _random_x(rows, cols, dtype, seed):
@@ -162,12 +159,16 @@ def test_python_api():
 # ------------------------------------------------------------------ GPU ---------------------------------
 
 
-def _check_gpu(x, sizes, pad):
+def _check_gpu(x, sizes, pad, plan=None):
     # (Into poisoned outputs: a byte the kernel does not write, a padding column or the zero tail, shows up.)
+    # A plan (csrc/quant/plan.h) takes the private plan op instead of the public one.
     x_gpu = x.cuda()
     sizes_gpu = torch.tensor(sizes, dtype=torch.int32, device="cuda")
-    outs, _ = on_poisoned_outputs(lambda: OPS.quantize_fp8_1x128_colwise_segments_padded(x_gpu, sizes_gpu, pad,
-                                                                                         False))
+    if plan is None:
+        cast = lambda: OPS.quantize_fp8_1x128_colwise_segments_padded(x_gpu, sizes_gpu, pad, False)
+    else:
+        cast = lambda: OPS._quantize_fp8_1x128_colwise_segments_with_plan(x_gpu, sizes_gpu, pad, False, plan)
+    outs, _ = on_poisoned_outputs(cast)
     torch.cuda.synchronize()
     _check_against_unpadded(x, sizes, pad, outs)
 
@@ -190,48 +191,10 @@ def test_gpu_padded_other_widths(cols):
 
 @sm90
 @pytest.mark.parametrize("order", ["1", "2", "ranges", "cranges", "c2", "c5"])
-def test_gpu_padded_tile_orders(order, monkeypatch):
+def test_gpu_padded_tile_orders(order):
     # pad 16 leaves blocks 16 bytes into a sector: the orders that carry sectors from block to block work
     # on the padded q_t positions (runs of blocks stop at every padding gap).
-    monkeypatch.setenv("WGRAD_SEGMENT_ORDER", order)
-    _check_gpu(_random_x(6000, 520, torch.bfloat16, seed=3), [1000, 37, 0, 2963, 5, 1995], 16)
-
-
-# Splits where the carry kernel's CTAs walk several tiles (17 column tiles, > 396 tiles), so that blocks carry
-# sectors to each other across the padding: short blocks after full ones (a block of fewer rows than its
-# sector holds leaves some of its padding in the sector it carries to the block before it, walking down),
-# empty segments, the benchmark's uneven split.
-def _carry_padded_splits():
-    from wgrad.bench_quant import _segment_sizes
-    return [[128 * ((g * 7) % 3) + (g * 37) % 29 + 1 for g in range(32)],
-            [174, 141, 154, 14, 217, 0, 1300, 13, 128, 0, 3] * 2,
-            _segment_sizes(8192, 8)]
-
-
-@sm90
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("pad", PADS)
-@pytest.mark.parametrize("case", range(len(CASES)))
-def test_gpu_padded_carry_kernel_bit_exact(case, pad, dtype, monkeypatch):
-    # WGRAD_SEGMENT_KERNEL=carry: the carry kernel's padded form (the default for padded casts stays the TMA
-    # kernel until measured): a segment's last block stores its padding, the last block the zeros after the
-    # last segment (into poisoned outputs: a byte it does not write shows up).
-    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
-    rows, sizes = CASES[case]
-    _check_gpu(_random_x(rows, 1000, dtype, seed=rows + 7 * len(sizes)), sizes, pad)
-
-
-@sm90
-@pytest.mark.parametrize("mode", ["static", "tail", "prefetch"])
-@pytest.mark.parametrize("pad", PADS)
-def test_gpu_padded_carry_kernel_walks(mode, pad, monkeypatch):
-    # The padded form where CTAs walk several tiles and carry sectors (_carry_padded_splits), with static ranges,
-    # the dynamic tail on every launch (0:1) or the L2 prefetch.
-    monkeypatch.setenv("WGRAD_SEGMENT_KERNEL", "carry")
-    monkeypatch.setenv("WGRAD_CARRY_DYNAMIC", "0:1" if mode == "tail" else "off")
-    monkeypatch.setenv("WGRAD_CARRY_PREFETCH", "box2" if mode == "prefetch" else "0")
-    for i, sizes in enumerate(_carry_padded_splits()):
-        _check_gpu(_random_x(sum(sizes), 2112, torch.bfloat16, seed=40 + i), sizes, pad)
+    _check_gpu(_random_x(6000, 520, torch.bfloat16, seed=3), [1000, 37, 0, 2963, 5, 1995], 16, f"order={order}")
 
 
 @sm90

@@ -41,7 +41,8 @@ def _tool_dir():
 
 @pytest.fixture(scope="module")
 def sass():
-    """{(source file, kernel name): SASS text} of every kernel in the extension."""
+    """{(source file, kernel name): SASS text} of every kernel in the extension; the source file as
+    "family/file.cu" (e.g. "gemm/dense.cu")."""
     tools = _tool_dir()
     assert tools is not None, ("cuobjdump and nvdisasm not found (CUDA toolkit bin/ or "
                                "`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`)")
@@ -52,7 +53,7 @@ def sass():
     kernels, source, name = {}, None, None
     for line in result.stdout.splitlines():
         if m := re.match(r"\s*identifier = (.*)", line):
-            source, name = Path(m.group(1)).name, None
+            source, name = "/".join(Path(m.group(1)).parts[-2:]), None
         elif m := re.match(r"\s*Function : (\S+)", line):
             name = m.group(1)
             kernels[(source, name)] = []
@@ -62,8 +63,8 @@ def sass():
 
 
 def _gemm_kernels(sass):
-    gemm = {key: text for key, text in sass.items() if key[0].startswith("gemm_")}
-    assert gemm, f"no kernel compiled from csrc/gemm_*.cu in {wgrad._C.__file__}: {sorted(sass)}"
+    gemm = {key: text for key, text in sass.items() if key[0].startswith("gemm/")}
+    assert gemm, f"no kernel compiled from csrc/gemm/*.cu in {wgrad._C.__file__}: {sorted(sass)}"
     return gemm
 
 

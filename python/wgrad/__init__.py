@@ -5,6 +5,7 @@ import torch  # noqa: F401  (loads libc10/libtorch, which _C links against)
 from . import _C  # noqa: F401  (loads the library: op schemas and CUDA kernels)
 from . import _ops  # noqa: F401  (CPU and fake kernels of the GEMM ops)
 from . import quant  # noqa: F401  (CPU and fake kernels of the quantization ops)
+from . import _plans  # noqa: F401  (CPU and fake kernels of the private plan op of the segments casts)
 from . import nn  # noqa: F401  (FP8 layers)
 from .api import (
     check_group_sizes,

@@ -108,6 +108,27 @@ def _check_devices(op, out, **tensors):
             _fail(op, f"{name} must be on {out.device} like out, got {t.device}")
 
 
+def _byte_span(t):
+    """[first, last) bytes of t's storage its elements span (numel > 0)."""
+    last = sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    first = t.storage_offset() * t.element_size()
+    return first, first + (last + 1) * t.element_size()
+
+
+def _check_out_apart(op, out, **tensors):
+    """The kernels write out while they read the operands: out's memory must not overlap theirs."""
+    if out.numel() == 0:
+        return
+    o_first, o_last = _byte_span(out)
+    for name, t in tensors.items():
+        if t.numel() == 0 or not torch._C._is_alias_of(out, t):
+            continue
+        first, last = _byte_span(t)
+        if first < o_last and o_first < last:
+            _fail(op, f"out must not overlap {name} in memory (the kernel writes out while it reads {name}), got "
+                      f"out at bytes [{o_first}, {o_last}) and {name} at bytes [{first}, {last}) of one storage")
+
+
 @torch.library.register_fake(f"{_LIB}::{_DENSE}")
 def _dense_fake(a, sa, b, sb, out):
     op = _DENSE
@@ -126,6 +147,7 @@ def _dense_fake(a, sa, b, sb, out):
     _check_scales(op, "sa", sa, m, num_k_blocks(k))
     _check_scales(op, "sb", sb, n, num_k_blocks(k))
     _check_out(op, out, m, n)
+    _check_out_apart(op, out, a=a, sa=sa, b=b, sb=sb)
 
 
 def _check_grouped_out(op, out, groups):
@@ -162,6 +184,7 @@ def _packed_fake(a, sa, b, sb, out, ks: Sequence[int]):
     _check_scales(op, "sa", sa, m, kb_total)
     _check_scales(op, "sb", sb, n, kb_total)
     _check_out(op, out, m, n)
+    _check_out_apart(op, out, a=a, sa=sa, b=b, sb=sb)
 
 
 @torch.library.register_fake(f"{_LIB}::{_CONTIG}")
@@ -192,3 +215,4 @@ def _contig_fake(a, sa, b, sb, out, ks):
             _fail(op, f"{name} must be [{rows}, >= {cap}], got {list(s.shape)}")
         _check_scales(op, name, s, rows, s.shape[1])
     _check_out(op, out, m, n)
+    _check_out_apart(op, out, a=a, sa=sa, b=b, sb=sb, ks=ks)

@@ -132,7 +132,7 @@ def _blockwise_cpu(w, ue8m0=False):
 
 
 # ------------------------------------------------------------------ fake kernels --------------------
-# They mirror the checks of csrc/quantize.cu (the source of truth).
+# They mirror the checks of csrc/checks.cpp (the source of truth).
 
 
 def _fail(op: str, msg: str):

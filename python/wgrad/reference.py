@@ -78,7 +78,7 @@ def accumulate_(out: torch.Tensor, product: torch.Tensor) -> None:
 
 # ------------------------------------------------------------------ quantization --------------------
 # The single definition of the FP8 1x128 quantization numerics. The CUDA kernels
-# (csrc/kernels/quantize.cuh) match these functions bit for bit, and the CPU kernels of the
+# (csrc/kernels/quant/) match these functions bit for bit, and the CPU kernels of the
 # quantize_fp8_1x128_* ops are these functions.
 
 FP8_E4M3_MAX = 448.0

@@ -1,6 +1,6 @@
-// The benchmark's uneven segment sizes (python/wgrad/bench_quant.py, _segment_sizes), for the C++ tests and
-// the device probes under scripts/experiments: R / G each, moved by fixed offsets of 12-95 rows (clipped to
-// half of R / G), the last taking the rest; align > 1 rounds each but the last down to a multiple of align.
+// The benchmark's uneven segment sizes (python/wgrad/bench/quant.py, segment_sizes), for the C++ tests: R / G
+// each, moved by fixed offsets of 12-95 rows (clipped to half of R / G), the last taking the rest; align > 1
+// rounds each but the last down to a multiple of align.
 #pragma once
 
 #include <vector>

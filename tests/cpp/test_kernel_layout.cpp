@@ -1,13 +1,13 @@
 // Host-side checks of the facts the SM90 kernel's promotion and epilogue are written against.
-#include <gtest/gtest.h>
+#include "harness.h"
 
 #include <set>
 #include <tuple>
 #include <utility>
 
-#include "kernels/mma_atoms.h"
-#include "kernels/tile_config.h"
-#include "kernels/tile_scheduler.h"
+#include "kernels/gemm/mma_atoms.h"
+#include "kernels/gemm/tile_config.h"
+#include "kernels/gemm/tile_scheduler.h"
 
 namespace {
 
@@ -81,8 +81,8 @@ TEST(TileConfig, SelectionAvoidsRaggedLastWaves) {
     }
 }
 
-// The tile cost model was fitted to a sweep of every width on every dense seed shape (H200, kernel v4c;
-// docs/perf-notes.md): it must keep picking the measured-best width on each.
+// The tile cost model was fitted to a sweep of every width on every dense seed shape (H200,
+// scripts/profile_dense.py): it must keep picking the measured-best width on each.
 TEST(TileConfig, SeedShapesGetTheirMeasuredBestWidth) {
   const struct {
     int64_t m, n;

@@ -1,7 +1,7 @@
-// \brief Tests of csrc/kernels/layout.h: the index math of the operand contract (torch-free).
-#include "kernels/layout.h"
+// \brief Tests of csrc/kernels/common/layout.h: the index math of the operand contract (torch-free).
+#include "kernels/common/layout.h"
 
-#include <gtest/gtest.h>
+#include "harness.h"
 
 #include <cstdint>
 #include <functional>

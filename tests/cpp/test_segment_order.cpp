@@ -1,12 +1,12 @@
-// Host-side checks of the segments cast's automatic tile order (kernels/segment_order.h).
-#include <gtest/gtest.h>
+// Host-side checks of the segments cast's automatic tile order (kernels/quant/segment_order.h).
+#include "harness.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include "kernels/segment_order.h"
+#include "kernels/quant/segment_order.h"
 
 namespace {
 
@@ -50,23 +50,23 @@ int64_t busiest_group_shared_ranges(int32_t blocks, int32_t cols, int32_t ctas, 
 
 TEST(SegmentOrder, BenchmarkShapesGetTheirMeasuredStrips) {
   // (blocks per column of the benchmark's 8 uneven segments, column tiles): strips shared by 3 groups on
-  // 132 CTAs, as measured in docs/perf-notes.md (sessions 12 and 13), for segments that start inside
+  // 132 CTAs, as measured on an H200 (segment_order.h), for segments that start inside
   // 16-byte chunks (false) and on multiples of 16 bytes (true).
   for (bool starts16 : {false, true}) {
     EXPECT_EQ(auto_segment_strip(36, 56, 396, 3, starts16), 18);   // 4096 x 7168
     EXPECT_EQ(auto_segment_strip(68, 17, 396, 3, starts16), 1);    // 8192 x 2112: row-major
     EXPECT_EQ(auto_segment_strip(68, 32, 396, 3, starts16), 18);   // 8192 x 4096
     EXPECT_EQ(auto_segment_strip(36, 192, 396, 3, starts16), 18);  // 4096 x 24576
-    // No strip keeps row-major's balance: shared ranges (session 18), at 16384 x 7168 (19 tiles per group;
-    // strips of 18 gave 20), 8192 x 7168 (10; strips of 9 gave 11) and 8192 x 5120 (7; row-major before).
+    // No strip keeps row-major's balance: shared ranges, at 16384 x 7168 (19 tiles per group; strips of 18
+    // would give 20), 8192 x 7168 (10; strips of 9 would give 11) and 8192 x 5120 (7; faster than row-major).
     EXPECT_EQ(auto_segment_strip(132, 56, 396, 3, starts16), kSharedRanges);
     EXPECT_EQ(auto_segment_strip(68, 56, 396, 3, starts16), kSharedRanges);
     EXPECT_EQ(auto_segment_strip(68, 40, 396, 3, starts16), kSharedRanges);
     EXPECT_EQ(auto_segment_strip(1608, 3, 132, 1, starts16), 37);  // fp32, one group per CTA (test_quant.py)
     EXPECT_EQ(auto_segment_strip(1608, 3, 396, 3, starts16), 39);
   }
-  // Small shapes: every split stays row-major up to 3 tiles per group (session 23: 8192 x 1536 took strips
-  // of 6 before, 10 points under the row-major kernel), sizes that are multiples of 16 up to 4 (session 13).
+  // Small shapes: every split stays row-major up to 3 tiles per group (8192 x 1536: strips of 6 ran 10 points
+  // under the row-major kernel), sizes that are multiples of 16 up to 4 (kMaxRowMajorTiles16).
   EXPECT_EQ(auto_segment_strip(68, 12, 396, 3, false), 1);   // 8192 x 1536
   EXPECT_EQ(auto_segment_strip(68, 12, 396, 3, true), 1);
   EXPECT_EQ(auto_segment_strip(68, 20, 396, 3, false), 12);  // 8192 x 2560
@@ -75,7 +75,7 @@ TEST(SegmentOrder, BenchmarkShapesGetTheirMeasuredStrips) {
 
 TEST(SegmentOrder, TypicalBlocksDecideTheRowMajorKernel) {
   // The middle of the used-block range: the benchmark's uneven split in 8 segments uses 68 blocks at 8192
-  // rows and 36 at 4096 (bench_quant._segment_sizes), so 8192 x 2112 takes the row-major kernel and 4096 x
+  // rows and 36 at 4096 (wgrad.bench.quant.segment_sizes), so 8192 x 2112 takes the row-major kernel and 4096 x
   // 7168 the kernel of any order (strips of 18).
   EXPECT_EQ(wgrad::quant::typical_segment_blocks(8192, 8), 68);
   EXPECT_EQ(wgrad::quant::typical_segment_blocks(4096, 8), 36);
@@ -119,7 +119,7 @@ TEST(SegmentOrder, StripsKeepRowMajorsBalanceToOneTile) {
         for (int32_t blocks = 1; blocks <= 300; blocks += 7) {
           const int32_t s = auto_segment_strip(blocks, cols, ctas * groups, groups, false);
           const int64_t per_worker = (int64_t{blocks} * cols + ctas * groups - 1) / (ctas * groups);
-          SCOPED_TRACE(testing::Message() << "blocks " << blocks << " cols " << cols << " ctas " << ctas
+          SCOPED_TRACE(wgrad::test::Message() << "blocks " << blocks << " cols " << cols << " ctas " << ctas
                                           << " groups " << groups << " strip " << s);
           if (per_worker > wgrad::quant::kMaxAutoStrip) {
             EXPECT_EQ(s, 0);  // ranges
@@ -137,7 +137,9 @@ TEST(SegmentOrder, StripsKeepRowMajorsBalanceToOneTile) {
           if (s > 1) {
             EXPECT_GE(5 * ((blocks + s - 1) / s) * int64_t{cols}, 4 * int64_t{ctas});
           }
-          if (per_worker <= wgrad::quant::kMaxRowMajorTiles) EXPECT_EQ(s, 1);
+          if (per_worker <= wgrad::quant::kMaxRowMajorTiles) {
+            EXPECT_EQ(s, 1);
+          }
           if (per_worker <= wgrad::quant::kMaxRowMajorTiles16) {
             EXPECT_EQ(auto_segment_strip(blocks, cols, ctas * groups, groups, true), 1);
           } else {

@@ -18,8 +18,8 @@
 
 #include <cstdint>
 
-#include "kernels/layout.h"
-#include "kernels/quantize_numerics.cuh"
+#include "kernels/common/layout.h"
+#include "kernels/quant/numerics.cuh"
 
 namespace wgrad::quant {
 

@@ -7,7 +7,7 @@ Layout:
   implementations they compare (ours, cuBLAS via `torch._scaled_mm`, bf16); `problems`: operands,
   float64 references, FLOPs and bytes; `shapes`: seed shapes and published anchors; `runner`: validate,
   then time, one implementation into one row; `tables`: the printed tables.
-- `quant`: the quantization suite (`run_quant_bench`).
+- `quant`: the quantization suite (`run_quant_bench`); `layers`: the FP8 layers against bf16 (`run_layers`).
 - `timing`: L2 flush, CUDA-event timing, medians; `common`: small shared helpers.
 
 Every implementation is validated against a float64 reference before it is timed; times are medians of
@@ -16,6 +16,7 @@ single calls with the L2 flushed before each.
 
 from .cli import SUITES, build_parser, main, run_cli
 from .gemm import run_dense, run_grouped
+from .layers import run_layers
 from .quant import run_quant_bench
 
-__all__ = ["SUITES", "build_parser", "main", "run_cli", "run_dense", "run_grouped", "run_quant_bench"]
+__all__ = ["SUITES", "build_parser", "main", "run_cli", "run_dense", "run_grouped", "run_layers", "run_quant_bench"]

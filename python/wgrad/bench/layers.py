@@ -26,6 +26,7 @@ from ..nn import Fp8GroupedLinear, Fp8Linear
 from ..nn import _recipe
 from .common import ProgressFn
 from .suite import Suite, SuiteRun
+from .timing import L2_FLUSH_BYTES
 
 TOKENS = 8192
 # (in_features, out_features) of DeepSeek-V3 layers (hidden 7168): attention and MLP projections.
@@ -37,7 +38,6 @@ DENSE_LAYER_SHAPES: List[Tuple[int, int]] = [
 GROUPED_LAYER_SHAPES: List[Tuple[int, int, int, int]] = [
     (8, 7168, 2048, 16384), (8, 2048, 7168, 16384), (32, 7168, 2048, 16384), (32, 2048, 7168, 16384),
 ]
-L2_FLUSH_BYTES = 256 * 2**20
 DEFAULT_REPS = 15
 # Our layer's output against the bf16 layer's, relative Frobenius: the FP8 casts of x and W (e4m3, 1x128 and
 # 128x128 blocks) put it near 3e-2; a broken layer is far off.

@@ -1,0 +1,66 @@
+// \brief The K range of each output tile: dense, k-grouped packed, or k-grouped contiguous-K.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/layout.h"
+#include "kernels/gemm/tile_scheduler.h"
+
+namespace wgrad {
+
+enum class GroupMode : int { Dense = 0, Packed = 1, Contiguous = 2 };
+
+// One unit of work of a CTA: an output tile and the 128-wide K blocks that reduce into it.
+struct WorkTile {
+  TileCoord coord;
+  int num_k_blocks;  // 0: nothing to do (an empty group), the tile is skipped entirely
+  int k_block_base;  // first column of this group's blocks in the scale tensors
+  int k_col;         // first K column of the group inside the A/B descriptors (contiguous-K)
+  int tail_valid;    // contiguous-K only: valid columns of the last block when the group ends inside
+                     // it and the next group's columns follow (the consumers zero them); 0 otherwise
+  int k_shift;       // contiguous-K only: k_col % 16. Non-zero: TMA cannot start a box there, so the
+                     // producer loads the 16-aligned window k_col + 128 kb - k_shift and shifts it
+                     // into place in shared memory (MainloopSm90::shift_stages), zeroing past the group
+  int last_valid;    // contiguous-K only: valid columns of the last block (1 to 128)
+};
+
+// Walks groups in increasing order (the tile order of PersistentTileScheduler is group-major and
+// every CTA visits its tiles in increasing order), so a contiguous-K prefix sum is computed once.
+template <GroupMode kMode>
+struct GroupKWalker {
+  const int* group_k;        // packed: K_g (host-built); contiguous: the user's sizes
+  const int* group_kb_base;  // packed: first block column of each group (host-built)
+  int k;                     // dense K, or K_total
+  int group = 0;             // contiguous: the group whose offsets are below
+  int k_offset = 0;          // sum of K of the groups before `group` (K_total < 2^31: host-checked)
+  int kb_offset = 0;         // sum of their block counts
+
+  __device__ WorkTile work(const TileCoord& c) {
+    WorkTile w{c, 0, 0, 0, 0, 0, 0};
+    if constexpr (kMode == GroupMode::Dense) {
+      w.num_k_blocks = static_cast<int>(ceil_div(k, kScaleBlockK));
+    } else if constexpr (kMode == GroupMode::Packed) {
+      w.num_k_blocks = static_cast<int>(ceil_div(group_k[c.group], kScaleBlockK));
+      w.k_block_base = group_kb_base[c.group];
+    } else {
+      for (; group < c.group; ++group) {
+        const int kg = group_k[group];
+        k_offset += kg;
+        kb_offset += static_cast<int>(ceil_div(kg, kScaleBlockK));
+      }
+      const int kg = group_k[c.group];
+      w.num_k_blocks = static_cast<int>(ceil_div(kg, kScaleBlockK));
+      w.k_block_base = kb_offset;
+      w.k_col = k_offset;
+      const int rem = kg % static_cast<int>(kScaleBlockK);
+      w.k_shift = k_offset % 16;
+      w.last_valid = rem != 0 ? rem : static_cast<int>(kScaleBlockK);
+      // Past K_total TMA fills zeros by itself; only a following group's columns need masking (by the
+      // consumers after an aligned load; a shifted load is masked by the producer as it shifts).
+      w.tail_valid = (rem != 0 && k_offset + kg < k && w.k_shift == 0) ? rem : 0;
+    }
+    return w;
+  }
+};
+
+}  // namespace wgrad

@@ -1,0 +1,207 @@
+// \brief The SM90 wgrad GEMM kernel shell: persistent, warp-specialized (1 TMA producer warpgroup,
+// 2 WGMMA consumer warpgroups), over <Mainloop, Epilogue, Scheduler>. Torch-free.
+#pragma once
+
+#include <cute/arch/cluster_sm90.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include <cuda.h>
+
+#include <type_traits>
+
+#include "kernels/gemm/epilogue_sm90.cuh"
+#include "kernels/gemm/group_walker.cuh"
+#include "kernels/gemm/mainloop_sm90.cuh"
+#include "kernels/gemm/tile_scheduler.h"
+
+namespace wgrad {
+
+// Packed layout: every group's A and B are their own [rows, K_g] matrices, so each group needs its
+// own pair of TMA descriptors. They travel in the kernel's parameters (__grid_constant__, at most
+// kMaxPackedGroups groups per launch; the host splits larger calls): nothing is copied to device
+// memory, and nothing a TMA unit may have cached can go stale.
+constexpr int kMaxPackedGroups = 96;
+
+struct PackedGroups {
+  CUtensorMap a[kMaxPackedGroups];  // fp8 [M, K_g] of group g, box 128 x 128, 128B swizzle
+  CUtensorMap b[kMaxPackedGroups];  // fp8 [N, K_g], box 128 x BLOCK_N
+  int k[kMaxPackedGroups];          // K_g (> 0: empty groups are never launched)
+  int kb_base[kMaxPackedGroups];    // first scale column of the group in sa / sb
+  int out_group[kMaxPackedGroups];  // the group's index in out (and in the caller's list)
+};
+struct NoPackedGroups {};
+
+// Plain parameters: pointers, shapes and TMA descriptors built on the host.
+template <GroupMode kMode_>
+struct GemmParamsSm90 {
+  static constexpr GroupMode kMode = kMode_;
+  CUtensorMap tma_a;    // fp8 [rows M, K] K-major, box 128 x 128, 128B swizzle (unused: Packed)
+  CUtensorMap tma_b;    // fp8 [rows N, K], box 128 x BLOCK_N (unused: Packed)
+  CUtensorMap tma_sa;   // fp32 [M, KB] MN-major, box 128 x 1
+  CUtensorMap tma_sb;   // fp32 [N, KB] MN-major, box BLOCK_N x 1
+  CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1, reduce-add (unused when N < 4)
+  std::conditional_t<kMode_ == GroupMode::Packed, PackedGroups, NoPackedGroups> packed;
+  const int* group_k = nullptr;        // Contiguous: the user's int32 sizes
+  const uint8_t* a = nullptr;          // Contiguous: the operands and their row strides (bytes), for
+  const uint8_t* b = nullptr;          // the 16 bytes past a shifted window (MainloopSm90::shift_stages)
+  int64_t lda = 0, ldb = 0;
+  int k = 0;                           // Dense: K; Contiguous: K_total
+  PersistentTileScheduler scheduler{};
+  OutView out;  // out itself, for the columns past N & ~3 that the TMA store leaves to the threads
+#ifdef WGRAD_DIAG_VARIANTS
+  int diag = 0;  // measurement build only: bits kDiag* of kernels/common/diag.h (WGRAD_DIAG)
+#endif
+};
+
+// Register budgets (setmaxnreg): 56 x 128 + 224 x 256 = 64512 <= 65536 registers of an SM. The
+// producer needs more than the usual 40 to walk contiguous-K groups without spilling; the consumers
+// hold BLOCK_N/2 accumulators + BLOCK_N/2 scratch + BLOCK_N/8 + 4 scales (184 at BLOCK_N = 160).
+constexpr int kProducerRegisters = 56;
+constexpr int kConsumerRegisters = 224;
+constexpr int kNumThreads = 384;
+constexpr int kClusterSize = PersistentTileScheduler::kClusterN;
+
+template <int kBlockN, int kStages>
+struct SharedStorageSm90 {
+  typename MainloopSm90<kBlockN, kStages>::SharedStorage mainloop;
+  typename EpilogueSm90<kBlockN>::SharedStorage epilogue;
+};
+
+// Contiguous-K sizes are only on the device: every CTA validates them (each >= 0, sum equal to
+// K_total) before touching anything, and all CTAs reach the same verdict. Invalid sizes leave `out`
+// untouched.
+template <class Params>
+__device__ bool group_sizes_valid(const Params& p) {
+  if constexpr (Params::kMode != GroupMode::Contiguous) {
+    return true;
+  } else {
+    __shared__ unsigned long long total;
+    if (threadIdx.x == 0) total = 0;
+    __syncthreads();
+    long long local = 0;
+    int bad = 0;
+    for (int g = threadIdx.x; g < p.scheduler.num_groups; g += blockDim.x) {
+      const int kg = p.group_k[g];
+      bad |= kg < 0;
+      local += kg;
+    }
+    atomicAdd(&total, static_cast<unsigned long long>(local));
+    const int any_bad = __syncthreads_or(bad);
+    return !any_bad && static_cast<long long>(total) == p.k;
+  }
+}
+
+__device__ inline void cluster_or_cta_sync() {
+  if constexpr (kClusterSize > 1) {
+    cute::cluster_arrive_relaxed();
+    cute::cluster_wait();
+  } else {
+    __syncthreads();
+  }
+}
+
+template <class Params>
+__device__ GroupKWalker<Params::kMode> make_walker(const Params& p) {
+  if constexpr (Params::kMode == GroupMode::Packed) {
+    return GroupKWalker<Params::kMode>{p.packed.k, p.packed.kb_base, 0};
+  } else {
+    return GroupKWalker<Params::kMode>{p.group_k, nullptr, p.k};
+  }
+}
+
+// The group coordinate of out for a tile: a packed launch numbers only its own (non-empty) groups.
+template <class Params>
+__device__ TileCoord out_coord(const Params& p, TileCoord c) {
+  if constexpr (Params::kMode == GroupMode::Packed) c.group = p.packed.out_group[c.group];
+  return c;
+}
+
+template <int kBlockN, int kStages, class Params>
+__global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Mainloop = MainloopSm90<kBlockN, kStages>;
+  using Epilogue = EpilogueSm90<kBlockN>;
+  using Pipeline = typename Mainloop::Pipeline;
+  using namespace cute;
+
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  auto& smem = *reinterpret_cast<SharedStorageSm90<kBlockN, kStages>*>(smem_raw);
+
+  if (!group_sizes_valid(p)) return;
+
+  const int warp_group = threadIdx.x / 128;
+  const bool producer = warp_group == 0;
+
+  if (threadIdx.x == 0) {
+    prefetch_tma_descriptor(&p.tma_sa);
+    prefetch_tma_descriptor(&p.tma_sb);
+    prefetch_tma_descriptor(&p.tma_out);
+    if constexpr (Params::kMode != GroupMode::Packed) {
+      prefetch_tma_descriptor(&p.tma_a);
+      prefetch_tma_descriptor(&p.tma_b);
+    }
+  }
+
+  typename Pipeline::Params pipeline_params;
+  pipeline_params.transaction_bytes = Mainloop::kTransactionBytes;
+  pipeline_params.role = producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  // No leader: the producer thread posts each stage's expected bytes itself (MainloopSm90::load_tile),
+  // because a shifted stage's full barrier must wait for the shifters' arrival.
+  pipeline_params.is_leader = 0;
+  pipeline_params.num_consumers = Mainloop::template kEmptyArrivals<Params::kMode>;
+  // The CTAs of a cluster consume each other's multicast A slices: every consumer warpgroup releases
+  // a stage to every producer of the cluster (CUTLASS's PipelineTmaAsync does this for an N x 1 cluster).
+  Pipeline pipeline(smem.mainloop.pipeline, pipeline_params, Shape<Int<kClusterSize>, _1, _1>{});
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::init(&smem.mainloop.staging[s], 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  // Every CTA's barriers are initialised before any multicasts into it.
+  cluster_or_cta_sync();
+  const int rank = static_cast<int>(cute::block_rank_in_cluster());
+  const int cluster_id = blockIdx.x / kClusterSize;
+  const int num_clusters = gridDim.x / kClusterSize;
+
+  GroupKWalker<Params::kMode> walker = make_walker(p);
+  const int total_tiles = static_cast<int>(p.scheduler.total_cluster_tiles());  // < 2^31: host-checked
+
+  if (producer) {
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    if (threadIdx.x == 0) {  // the pipeline's leader: it posts each stage's expected bytes
+      typename Mainloop::PipelineState state = cutlass::make_producer_start_state<Pipeline>();
+      for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
+        const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
+        if (w.num_k_blocks > 0) Mainloop::load_tile(p, pipeline, state, smem.mainloop, w, rank);
+      }
+      Mainloop::template producer_finish<Params>(pipeline, state, smem.mainloop);
+    } else if constexpr (Params::kMode == GroupMode::Contiguous) {
+      // Warps 1-3 shift the windows of groups that start inside a 16-byte chunk.
+      if (threadIdx.x >= 32) Mainloop::shift_stages(p, smem.mainloop, threadIdx.x - 32);
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    const int consumer_tid = threadIdx.x - 128;
+    typename Mainloop::TiledMma tiled_mma;
+    Tensor acc = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA,MMA_M=2,MMA_N)
+    // One m64 half of the tile each: the WGMMA accumulators of the two halves of a K block.
+    Tensor scratch0 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
+    Tensor scratch1 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
+    typename Mainloop::PipelineState state;
+    const int diag = diag_of(p);
+    for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
+      const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
+      if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
+      Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid, diag);
+      if (diag & kDiagNoEpilogue) continue;
+      Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid, diag);
+    }
+    Epilogue::drain(consumer_tid);
+  }
+  // No CTA leaves while a peer may still multicast into its smem or signal its barriers.
+  if constexpr (kClusterSize > 1) cluster_or_cta_sync();
+#endif
+}
+
+}  // namespace wgrad

@@ -1,0 +1,114 @@
+// \brief Host side of the SM90 wgrad GEMM, torch-free: TMA descriptors of the operands and the launch
+// of the persistent kernel for a chosen BLOCK_N. Included by the host entries gemm/dense.cu and
+// gemm/grouped_*.cu, which instantiate it for their modes.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/gemm/kernel_sm90.cuh"
+#include "kernels/common/layout.h"
+#include "kernels/gemm/tile_config.h"
+#include "kernels/common/tma_descriptor.h"
+
+namespace wgrad {
+
+// fp8 [rows, k] K-major operand with row stride `ld` elements; box 128 (K) x box_rows, 128B swizzle.
+inline std::string make_operand_desc(CUtensorMap* desc, const void* ptr, int64_t rows, int64_t k, int64_t ld,
+                                     int box_rows) {
+  const uint64_t dims[2] = {static_cast<uint64_t>(k), static_cast<uint64_t>(rows)};
+  // A single row's stride is never followed; any legal (16-byte multiple) value describes it.
+  const uint64_t strides[1] = {static_cast<uint64_t>(rows > 1 ? ld : align_up(k, 16))};
+  const uint32_t box[2] = {static_cast<uint32_t>(kBlockK), static_cast<uint32_t>(box_rows)};
+  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, ptr, dims, strides, box,
+                               CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// fp32 [mn, kb] MN-major scales, element (i, j) at j * ld + i; box box_mn x 1 (one K block).
+inline std::string make_scale_desc(CUtensorMap* desc, const float* ptr, int64_t mn, int64_t kb, int64_t ld,
+                                   int box_mn) {
+  const uint64_t dims[2] = {static_cast<uint64_t>(mn), static_cast<uint64_t>(kb)};
+  const uint64_t strides[1] = {static_cast<uint64_t>((kb > 1 ? ld : scale_ld(mn)) * 4)};
+  const uint32_t box[2] = {static_cast<uint32_t>(box_mn), 1};
+  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, ptr, dims, strides, box,
+                               CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+// fp32 out [g, m, n] with row stride ld and group stride g_stride (elements); box BLOCK_N/2 x 64 x 1
+// (one epilogue slice: a consumer warpgroup's columns, one m64 block).
+inline std::string make_out_desc(CUtensorMap* desc, float* ptr, int64_t g, int64_t m, int64_t n, int64_t ld,
+                                 int64_t g_stride, int block_n) {
+  const int64_t row_stride = m > 1 ? ld : align_up(n, 4);
+  const int64_t group_stride = g > 1 ? g_stride : row_stride * m;
+  const uint64_t dims[3] = {static_cast<uint64_t>(n), static_cast<uint64_t>(m), static_cast<uint64_t>(g)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(row_stride * 4), static_cast<uint64_t>(group_stride * 4)};
+  const uint32_t box[3] = {static_cast<uint32_t>(epilogue_slice_cols(block_n)),
+                           static_cast<uint32_t>(kEpilogueSliceRows), 1};
+  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box,
+                               CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+// Rows of A one CTA loads per stage: half the tile, multicast to both CTAs of its cluster.
+constexpr int kTmaBoxRowsA = kBlockM / kClusterN;
+
+// CUDA 12.1+ passes up to 32764 bytes of kernel parameters; the packed layout's per-group descriptors
+// (PackedGroups) are sized to fit.
+static_assert(sizeof(GemmParamsSm90<GroupMode::Packed>) <= 32764, "kernel parameters exceed CUDA's 32764-byte limit");
+
+template <int kBlockN, GroupMode kMode>
+cudaError_t launch_gemm_sm90_bn(const GemmParamsSm90<kMode>& p, int num_sms, cudaStream_t stream) {
+  constexpr int kStages = stages_for(kBlockN);
+  static_assert(kStages >= 3, "a config must fit at least 3 pipeline stages in shared memory");
+  auto kernel = &wgrad_gemm_kernel_sm90<kBlockN, kStages, GemmParamsSm90<kMode>>;
+  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorageSm90<kBlockN, kStages>));
+  static_assert(smem_bytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) return err;
+
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kClusterSize;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = kClusterSize > 1 ? 1 : 0;  // no cluster launch for a cluster of one
+  config.blockDim = dim3(kNumThreads, 1, 1);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+
+  // Persistent: as many clusters as can be resident at once (a GPC may leave an SM unpaired), and
+  // never more than there are cluster tiles.
+  int max_clusters = num_sms;
+  if constexpr (kClusterSize > 1) {
+    static int resident = -1;  // per kernel instance; one device kind per process is assumed
+    if (resident < 0) {
+      config.gridDim = dim3(kClusterSize * (num_sms / kClusterSize), 1, 1);
+      err = cudaOccupancyMaxActiveClusters(&resident, kernel, &config);
+      if (err != cudaSuccess || resident <= 0) resident = num_sms / kClusterSize;
+    }
+    max_clusters = resident;
+  }
+  const int64_t tiles = p.scheduler.total_cluster_tiles();
+  const int clusters = static_cast<int>(tiles < max_clusters ? tiles : max_clusters);
+  config.gridDim = dim3(kClusterSize * clusters, 1, 1);
+  err = cudaLaunchKernelEx(&config, kernel, p);
+  if (err != cudaSuccess) return err;
+  return cudaGetLastError();
+}
+
+// Launches the kernel instance of `block_n` (one of kBlockNCandidates).
+template <GroupMode kMode>
+cudaError_t launch_gemm_sm90(const GemmParamsSm90<kMode>& p, int block_n, int num_sms, cudaStream_t stream) {
+  switch (block_n) {
+    case 128: return launch_gemm_sm90_bn<128>(p, num_sms, stream);
+    case 144: return launch_gemm_sm90_bn<144>(p, num_sms, stream);
+    case 160: return launch_gemm_sm90_bn<160>(p, num_sms, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace wgrad

@@ -1,0 +1,74 @@
+// \brief The tile configurations of the SM90 wgrad GEMM and the one heuristic that picks among them.
+// Torch-free and host-only: shared by the host entries and the C++ tests.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/layout.h"
+
+namespace wgrad {
+
+// Every config is BLOCK_M = 128 x BLOCK_N (two consumer warpgroups of BLOCK_N/2 columns) x BLOCK_K = 128.
+constexpr int kBlockM = 128;
+constexpr int kBlockK = 128;
+
+// BLOCK_N candidates. Each consumer warpgroup owns BLOCK_N/2 columns (mma_atoms.h), so BLOCK_N/2 must
+// be a multiple of 8 (WGMMA N, and whole 8-row swizzle atoms of the B tile). Upper bound: each
+// consumer thread holds BLOCK_N/2 fp32 accumulators, BLOCK_N/2 scratch WGMMA accumulators and BLOCK_N/8
+// column scales within its register budget. Three widths so that some tile count fills the last wave.
+constexpr int kBlockNCandidates[] = {128, 144, 160};
+
+// Shared memory one pipeline stage needs: A and B tiles plus one column of fp32 scales for each.
+constexpr int64_t stage_bytes(int block_n) {
+  return int64_t{kBlockM} * kBlockK + int64_t{block_n} * kBlockK + 4 * (kBlockM + align_up(block_n, 32));
+}
+// The epilogue stages each consumer warpgroup's 128 x BLOCK_N/2 block in kEpilogueSlices row slices of
+// 64 rows (one TMA reduce-add store each, the buffer reused in between): half the smem of a whole
+// tile, which buys every BLOCK_N one more pipeline stage.
+constexpr int kEpilogueSlices = 2;
+constexpr int kEpilogueSliceRows = kBlockM / kEpilogueSlices;
+constexpr int epilogue_slice_cols(int block_n) { return block_n / 2; }
+constexpr int64_t epilogue_bytes(int block_n) { return int64_t{4} * 2 * kEpilogueSliceRows * epilogue_slice_cols(block_n); }
+
+// 227 KB opt-in limit of dynamic shared memory per block, minus room for the pipeline's barriers and
+// alignment padding (launch_gemm_sm90_bn asserts the real size).
+constexpr int64_t kSmemBudgetBytes = 232448 - 512;
+constexpr int kMaxStages = 6;
+
+constexpr int stages_for(int block_n) {
+  int s = static_cast<int>((kSmemBudgetBytes - epilogue_bytes(block_n)) / stage_bytes(block_n));
+  return s > kMaxStages ? kMaxStages : s;
+}
+
+// Relative cost of a tile of width block_n, in units of columns: block_n + a fixed part. The kernel is
+// bound by shared-memory reads (mma_atoms.h): per K block a tile's WGMMAs read the A tile twice (once
+// per warpgroup) and the B tile twice (once per m64 block), 2 * 128 + 2 * block_n rows of 128 bytes, so
+// a tile costs in proportion to block_n + 128. (Fitted against a BLOCK_N sweep of the twelve seed
+// shapes, scripts/profile_dense.py: this picks the measured-best width on each.)
+constexpr int64_t kTileFixedCostColumns = 128;
+
+// CTAs of a cluster take adjacent n blocks of one m block and share the A tile by TMA multicast.
+// 1 = no cluster. 2 was measured slower on the seed shapes: the two CTAs' pipelines run in lockstep and
+// an odd number of n blocks leaves a phantom tile.
+constexpr int kClusterN = 1;
+
+// Picks BLOCK_N for an M x N output repeated `batches` times (the groups of a k-grouped GEMM), run
+// persistently on `num_sms` SMs in clusters of kClusterN: minimises (waves, rounded up) x per-tile
+// cost. Ties go to the wider tile.
+inline int select_block_n(int64_t m, int64_t n, int64_t batches, int num_sms) {
+  int best = kBlockNCandidates[0];
+  int64_t best_cost = -1;
+  const int64_t clusters = num_sms / kClusterN > 0 ? num_sms / kClusterN : 1;
+  for (int bn : kBlockNCandidates) {
+    const int64_t cluster_tiles = ceil_div(m, kBlockM) * ceil_div(ceil_div(n, bn), kClusterN) * (batches > 0 ? batches : 1);
+    const int64_t waves = ceil_div(cluster_tiles, clusters);
+    const int64_t cost = waves * (bn + kTileFixedCostColumns);
+    if (best_cost < 0 || cost < best_cost || (cost == best_cost && bn > best)) {
+      best = bn;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+}  // namespace wgrad

@@ -1,0 +1,62 @@
+// \brief Host entry of quantize_fp8_128x128: the weight cast of the FP8 layers (checks in checks.cpp,
+// device code in kernels/quant/blockwise_128x128.cuh).
+#include "ops.h"
+
+#include "checks.h"
+#include "kernels/quant/blockwise_128x128.cuh"
+#include "quant/launch.h"
+
+namespace wgrad {
+
+namespace {
+
+template <typename T>
+void launch_128x128(const quant::Blockwise128Params& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.cols, quant::kBlock)),
+                  static_cast<unsigned>(ceil_div(p.rows, quant::kBlock)));
+  const bool vec = p.rows % quant::kColsPerThread == 0 && p.cols % quant::kColsPerThread == 0 &&
+                   reinterpret_cast<uintptr_t>(p.w) % kTmaAlignBytes == 0;
+  if (vec) {
+    quant::quantize_fp8_128x128_kernel<T, true><<<grid, quant::Blockwise128Config::kThreads, 0, stream>>>(p);
+  } else {
+    quant::quantize_fp8_128x128_kernel<T, false><<<grid, quant::Blockwise128Config::kThreads, 0, stream>>>(p);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_128x128_cuda(const at::Tensor& w,
+                                                                                     bool ue8m0) {
+  constexpr const char* op = "quantize_fp8_128x128";
+  check_quantize_fp8_128x128(w);
+  check_sm90(op, w);
+  const c10::cuda::CUDAGuard guard(w.device());
+  const int64_t rows = w.size(0), cols = w.size(1);
+  const int64_t n_blocks = ceil_div(rows, kScaleBlockK), k_blocks = ceil_div(cols, kScaleBlockK);
+  const auto fp8 = w.options().dtype(at::kFloat8_e4m3fn);
+  const auto fp32 = w.options().dtype(at::kFloat);
+  at::Tensor q = at::empty({rows, cols}, fp8);
+  at::Tensor q_t = at::empty({cols, rows}, fp8);
+  at::Tensor scales = at::empty({n_blocks, k_blocks}, fp32);
+  at::Tensor scales_t = at::empty({k_blocks, n_blocks}, fp32);
+  if (rows == 0 || cols == 0) return {q, scales, q_t, scales_t};
+
+  quant::Blockwise128Params p{};
+  p.w = w.const_data_ptr();
+  p.rows = rows;
+  p.cols = cols;
+  p.q = reinterpret_cast<uint8_t*>(q.data_ptr());
+  p.q_t = reinterpret_cast<uint8_t*>(q_t.data_ptr());
+  p.scales = scales.data_ptr<float>();
+  p.scales_t = scales_t.data_ptr<float>();
+  p.ue8m0 = ue8m0;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_SWITCH(w.scalar_type(), op,
+                     AT_DISPATCH_CASE(at::kFloat, [&] { launch_128x128<float>(p, stream); })
+                     AT_DISPATCH_CASE(at::kHalf, [&] { launch_128x128<__half>(p, stream); })
+                     AT_DISPATCH_CASE(at::kBFloat16, [&] { launch_128x128<__nv_bfloat16>(p, stream); }));
+  return {q, scales, q_t, scales_t};
+}
+
+}  // namespace wgrad
