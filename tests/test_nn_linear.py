@@ -67,30 +67,30 @@ def test_cpu_matches_recipe(case, dtype):
 
 
 def test_cpu_leading_dims_and_shapes():
-    x, w, b, dy = _data(24, 64, 32, torch.float32, seed=3)
-    x3 = x.view(2, 3, 4, 64)
-    layer = Fp8Linear(64, 32)
+    x, w, b, dy = _data(24, 128, 256, torch.float32, seed=3)
+    x3 = x.view(2, 3, 4, 128)
+    layer = Fp8Linear(128, 256)
     with torch.no_grad():
         layer.weight.copy_(w)
         layer.bias.copy_(b)
     y = layer(x3)
-    assert y.shape == (2, 3, 4, 32)
-    torch.testing.assert_close(y.reshape(24, 32), nn_reference.linear(x, w, b, dy)[0], rtol=1e-6, atol=1e-6)
-    assert layer(x[0]).shape == (32,)
+    assert y.shape == (2, 3, 4, 256)
+    torch.testing.assert_close(y.reshape(24, 256), nn_reference.linear(x, w, b, dy)[0], rtol=1e-6, atol=1e-6)
+    assert layer(x[0]).shape == (256,)
 
 
 def test_cpu_zero_tokens():
-    layer = Fp8Linear(32, 16)
-    x = torch.zeros(0, 32, requires_grad=True)
+    layer = Fp8Linear(128, 256)
+    x = torch.zeros(0, 128, requires_grad=True)
     y = layer(x)
     y.sum().backward()
-    assert y.shape == (0, 16) and x.grad.shape == (0, 32)
+    assert y.shape == (0, 256) and x.grad.shape == (0, 128)
     assert torch.all(layer.weight.grad == 0) and torch.all(layer.bias.grad == 0)
 
 
 def test_cpu_main_grad_accumulates_over_two_backwards():
-    x1, w, b, dy1 = _data(64, 128, 64, torch.float32, seed=4)
-    x2, _, _, dy2 = _data(64, 128, 64, torch.float32, seed=5)
+    x1, w, b, dy1 = _data(64, 128, 256, torch.float32, seed=4)
+    x2, _, _, dy2 = _data(64, 128, 256, torch.float32, seed=5)
     weight = nn.Parameter(w.clone())
     weight.main_grad = torch.full(w.shape, 0.25, dtype=torch.float32)
     for x, dy in ((x1, dy1), (x2, dy2)):
@@ -101,19 +101,19 @@ def test_cpu_main_grad_accumulates_over_two_backwards():
 
 
 def test_cpu_main_grad_checked():
-    x, w, _, _ = _data(16, 32, 16, torch.float32)
+    x, w, _, _ = _data(16, 256, 128, torch.float32)
     weight = nn.Parameter(w.clone())
     weight.main_grad = torch.zeros(w.shape, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="fp8_linear: weight.main_grad must be float32, got torch.bfloat16"):
         fp8_linear(x, weight)
-    weight.main_grad = torch.zeros(16, 16)
-    with pytest.raises(ValueError, match="weight.main_grad must have the weight's shape \\[16, 32\\], got \\[16, 16\\]"):
+    weight.main_grad = torch.zeros(128, 128)
+    with pytest.raises(ValueError, match="weight.main_grad must have the weight's shape \\[128, 256\\], got \\[128, 128\\]"):
         fp8_linear(x, weight)
 
 
 def test_cpu_weight_cache_follows_in_place_updates(monkeypatch):
-    x, w, b, dy = _data(32, 64, 32, torch.float32, seed=6)
-    layer = Fp8Linear(64, 32)
+    x, w, b, dy = _data(32, 128, 256, torch.float32, seed=6)
+    layer = Fp8Linear(128, 256)
     with torch.no_grad():
         layer.weight.copy_(w)
         layer.bias.copy_(b)
@@ -133,24 +133,36 @@ def test_cpu_weight_cache_follows_in_place_updates(monkeypatch):
     layer.weight.data = layer.weight.data.clone()  # new storage, same version: a miss too
     layer(x)
     assert len(calls) == 3
+    with torch.no_grad():
+        layer.weight.data.mul_(2)  # through .data: no version bump, so only an explicit clear is seen
+    wgrad.nn.clear_weight_cache()
+    layer(x)
+    assert len(calls) == 4
+    # An optimizer step invalidates every cast even where the weight's version does not move (foreach and
+    # fused optimizers' CUDA kernels, Megatron's copies through .data).
+    layer(x)
+    assert len(calls) == 4
+    torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1).step()
+    layer(x)
+    assert len(calls) == 5
 
 
 def test_cpu_state_dict_round_trip_with_nn_linear():
-    ref = nn.Linear(64, 48, dtype=torch.bfloat16)
-    layer = Fp8Linear(64, 48, dtype=torch.bfloat16)
+    ref = nn.Linear(128, 256, dtype=torch.bfloat16)
+    layer = Fp8Linear(128, 256, dtype=torch.bfloat16)
     layer.load_state_dict(ref.state_dict())
     assert set(layer.state_dict()) == {"weight", "bias"}
-    back = nn.Linear(64, 48, dtype=torch.bfloat16)
+    back = nn.Linear(128, 256, dtype=torch.bfloat16)
     back.load_state_dict(layer.state_dict())
     assert torch.equal(back.weight, ref.weight) and torch.equal(back.bias, ref.bias)
-    layer(torch.randn(16, 64, dtype=torch.bfloat16))  # a cast is cached, and still never saved
+    layer(torch.randn(16, 128, dtype=torch.bfloat16))  # a cast is cached, and still never saved
     assert set(layer.state_dict()) == {"weight", "bias"}
     shared = Fp8Linear.from_linear(ref)
-    assert shared.weight is ref.weight and shared.bias is ref.bias and "in_features=64" in repr(shared)
+    assert shared.weight is ref.weight and shared.bias is ref.bias and "in_features=128" in repr(shared)
 
 
 def test_cpu_frozen_parts_skip_their_gemms():
-    x, w, b, dy = _data(32, 64, 32, torch.float32, seed=7)
+    x, w, b, dy = _data(32, 128, 256, torch.float32, seed=7)
     weight = nn.Parameter(w.clone(), requires_grad=False)
     xr = x.clone().requires_grad_(True)
     fp8_linear(xr, weight, None).backward(dy)
@@ -164,8 +176,8 @@ def test_cpu_frozen_parts_skip_their_gemms():
 def test_cpu_inference_casts_x_once_row_wise(monkeypatch):
     import wgrad.nn.functional as functional
 
-    x, w, b, dy = _data(32, 64, 32, torch.float32, seed=9)
-    layer = Fp8Linear(64, 32)
+    x, w, b, dy = _data(32, 128, 256, torch.float32, seed=9)
+    layer = Fp8Linear(128, 256)
     with torch.no_grad():
         layer.weight.copy_(w)
         layer.bias.copy_(b)
@@ -181,7 +193,7 @@ def test_cpu_inference_casts_x_once_row_wise(monkeypatch):
 
 
 def test_cpu_nan_propagates():
-    x, w, b, dy = _data(32, 128, 16, torch.float32, seed=8)
+    x, w, b, dy = _data(32, 128, 128, torch.float32, seed=8)
     x[3, 5] = float("nan")
     y, dx, dw, db, _ = _run(x, w, b, dy)
     assert torch.isnan(y[3]).all() and torch.isfinite(y[torch.arange(32) != 3]).all()
@@ -189,18 +201,18 @@ def test_cpu_nan_propagates():
 
 
 BAD_CALLS = [
-    (lambda x, w: (x[:, :32], w, None), "fp8_linear: x must have in_features = 64 in its last dim, got shape \\(8, 32\\)"),
+    (lambda x, w: (x[:, :128], w, None), "fp8_linear: x must have in_features = 256 in its last dim, got shape \\(8, 128\\)"),
     (lambda x, w: (x.int(), w, None), "fp8_linear: x must be bfloat16, float16 or float32, got torch.int32"),
     (lambda x, w: (x, w.double(), None), "fp8_linear: weight must be bfloat16, float16 or float32, got torch.float64"),
     (lambda x, w: (x, w[0], None), "fp8_linear: weight must be 2-D"),
-    (lambda x, w: (x, w, torch.zeros(5)), "fp8_linear: bias must have shape \\[32\\], got \\(5,\\)"),
-    (lambda x, w: (x[:, :40], w[:, :40], None), "in_features \\(weight.shape\\[1\\]\\) must be a positive multiple of 16"),
+    (lambda x, w: (x, w, torch.zeros(5)), "fp8_linear: bias must have shape \\[128\\], got \\(5,\\)"),
+    (lambda x, w: (x[:, :136], w[:, :136], None), "in_features \\(weight.shape\\[1\\]\\) must be a positive multiple of 16"),
 ]
 
 
 @pytest.mark.parametrize("bad", range(len(BAD_CALLS)))
 def test_cpu_bad_input_named(bad):
-    x, w, _, _ = _data(8, 64, 32, torch.float32)
+    x, w, _, _ = _data(8, 256, 128, torch.float32)
     make, msg = BAD_CALLS[bad]
     with pytest.raises(ValueError, match=msg):
         fp8_linear(*make(x, w))
@@ -208,9 +220,9 @@ def test_cpu_bad_input_named(bad):
 
 def test_constructor_checks_features():
     with pytest.raises(ValueError, match="Fp8Linear: in_features must be a positive multiple of 16 .*, got 100"):
-        Fp8Linear(100, 32)
+        Fp8Linear(100, 128)
     with pytest.raises(ValueError, match="Fp8Linear: out_features must be a positive multiple of 16 .*, got 8"):
-        Fp8Linear(32, 8)
+        Fp8Linear(128, 8)
 
 
 class _Mlp(nn.Module):
@@ -225,10 +237,10 @@ class _Mlp(nn.Module):
 
 def test_cpu_compile_fullgraph_train_step():
     torch.manual_seed(0)
-    eager = _Mlp(64, 128)
+    eager = _Mlp(128, 256)
     compiled_model = copy.deepcopy(eager)
     compiled = torch.compile(compiled_model, fullgraph=True)
-    x = torch.randn(48, 64)
+    x = torch.randn(48, 128)
     for model, run in ((eager, eager), (compiled_model, compiled)):
         loss = run(x).square().mean()
         loss.backward()
@@ -240,13 +252,13 @@ def test_cpu_compile_fullgraph_train_step():
 
 def test_cpu_compile_fullgraph_main_grad():
     torch.manual_seed(1)
-    model = _Mlp(64, 128)
+    model = _Mlp(128, 256)
     for p in (model.up.weight, model.down.weight):
         p.main_grad = torch.zeros(p.shape)
     eager = copy.deepcopy(model)
     for p_e, p in zip((eager.up.weight, eager.down.weight), (model.up.weight, model.down.weight)):
         p_e.main_grad = torch.zeros(p.shape)
-    x = torch.randn(32, 64)
+    x = torch.randn(32, 128)
     torch.compile(model, fullgraph=True)(x).sum().backward()
     eager(x).sum().backward()
     for p_e, p in zip((eager.up.weight, eager.down.weight), (model.up.weight, model.down.weight)):
@@ -257,7 +269,7 @@ def test_cpu_compile_fullgraph_main_grad():
 # ------------------------------------------------------------------ GPU ---------------------------------
 
 # DeepSeek-V3-like and awkward token counts; features multiples of 16 (and not of 128).
-GPU_CASES = [(512, 7168, 2112), (256, 1536, 512), (1000, 256, 384), (33, 144, 400), (4096, 2048, 7168)]
+GPU_CASES = [(512, 7168, 2112), (256, 1536, 512), (1000, 256, 384), (33, 144, 400), (4096, 2048, 7168), (4097, 2112, 1536)]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -267,9 +279,9 @@ def test_gpu_matches_recipe(case, dtype):
     x, w, b, dy = _data(*case, dtype, seed=sum(case))
     y, dx, dw, db, _w = _run(*(t.cuda() for t in (x, w, b, dy)), main_grad=True)
     y_ref, dx_ref, dw_ref, db_ref = nn_reference.linear(x, w, b, dy)
-    # cuBLAS accumulates the FP8 products in fp32 and rounds to bf16 (or fp32) once; wgrad's kernel matches
-    # the float64 product to ~1e-4 (its promotion every 128 tokens).
-    out_tol = 2e-3 if dtype == torch.bfloat16 else 1e-5
+    # cuBLAS's blockwise FP8 GEMM lands ~1e-4 from the float64 product (measured 9e-5 with fp32 output), then
+    # rounds to bf16; wgrad's kernel matches the float64 product to ~1e-4 (its promotion every 128 tokens).
+    out_tol = 2e-3 if dtype == torch.bfloat16 else 3e-4
     assert rel_frobenius(y.cpu(), y_ref) <= out_tol
     assert rel_frobenius(dx.cpu(), dx_ref) <= out_tol
     assert rel_frobenius(dw.cpu(), dw_ref) <= 2e-4

@@ -2,7 +2,8 @@
 for the recipe and what runs where)."""
 
 from . import functional
+from ._recipe import clear_weight_cache
 from .functional import fp8_grouped_linear, fp8_linear
 from .modules import Fp8GroupedLinear, Fp8Linear
 
-__all__ = ["Fp8GroupedLinear", "Fp8Linear", "fp8_grouped_linear", "fp8_linear", "functional"]
+__all__ = ["Fp8GroupedLinear", "Fp8Linear", "clear_weight_cache", "fp8_grouped_linear", "fp8_linear", "functional"]

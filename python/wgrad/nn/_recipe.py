@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import reference
@@ -18,8 +19,12 @@ from ..quant import quantize_fp8_128x128
 
 FP8 = torch.float8_e4m3fn
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-# TMA rows and cuBLAS FP8 operands are 16-byte aligned: feature counts are multiples of 16.
+# TMA rows and FP8 GEMM operands are 16-byte aligned: feature counts are multiples of 16.
 FEATURE_MULTIPLE = 16
+# cuBLAS's blockwise FP8 GEMM (1x128 x 128x128) on SM90 computes wrong results when the reduced dimension K is
+# not a whole number of 128-blocks or the rows M of the 1x128 operand are not a multiple of 128 (measured on an
+# H200, torch 2.11: 7168 -> 2112 dgrad, K = 2112; 1000 tokens): fp8_mm pads both with zeros.
+PAD_MULTIPLE = 128
 
 _SM90: Dict[int, Optional[str]] = {}
 
@@ -56,15 +61,34 @@ def _uncached() -> bool:
 
 
 _WEIGHT_CACHE: "WeakIdKeyDictionary" = WeakIdKeyDictionary()
+# Optimizer steps taken in this process. The version counter alone misses updates: the foreach and fused
+# optimizers' CUDA kernels and writes through `.data` (Megatron copies its fp32 main params into the model's
+# this way) change a weight without bumping `weight._version`. Every `torch.optim.Optimizer` runs the global
+# post-step hooks, so a step invalidates every cached cast.
+_OPTIMIZER_STEPS = [0]
+
+
+def _count_optimizer_step(*_args, **_kwargs) -> None:
+    _OPTIMIZER_STEPS[0] += 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
+
+
+def clear_weight_cache() -> None:
+    """Forgets every cached weight cast: call it after changing weights in a way neither an optimizer step nor
+    an in-place op on the weight itself does (the next forward casts again)."""
+    _WEIGHT_CACHE.clear()
 
 
 def quantized_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`quantize_fp8_128x128(weight)`, cached per weight version: the micro-batches of one optimizer step cast
-    the weight once, and any in-place update (an optimizer step, `copy_`, `load_state_dict`) bumps
-    `weight._version`, so a stale cast is never served. A new storage (`weight.data = ...`) misses too."""
+    """`quantize_fp8_128x128(weight)`, cached: the micro-batches of one optimizer step cast the weight once. The
+    cast is recomputed after any optimizer step, any in-place op on the weight (`copy_`, `load_state_dict`:
+    `weight._version`), a new storage (`weight.data = ...`) and `clear_weight_cache()`, so a stale cast is
+    never served."""
     if _uncached():
         return quantize_fp8_128x128(weight.detach())
-    key = (weight._version, weight.data_ptr(), weight.dtype, weight.device, tuple(weight.shape))
+    key = (_OPTIMIZER_STEPS[0], weight._version, weight.data_ptr(), weight.dtype, weight.device, tuple(weight.shape))
     hit = _WEIGHT_CACHE.get(weight)
     if hit is not None and hit[0] == key:
         return hit[1]
@@ -73,14 +97,23 @@ def quantized_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, 
     return value
 
 
-def _outer_major_scales(s: torch.Tensor) -> torch.Tensor:
-    """1x128 scales [M, kb] with strides exactly (1, M), as cuBLAS takes them: the casts write (1, align_up(M,
-    4)), the same memory whenever M % 4 == 0; otherwise a copy of M * kb floats."""
+def _padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """t [r, c] e4m3 inside a zero [rows, cols] (the same tensor when nothing is added)."""
+    if tuple(t.shape) == (rows, cols):
+        return t
+    out = torch.zeros((rows, cols), dtype=t.dtype, device=t.device)
+    out[:t.shape[0], :t.shape[1]].copy_(t)
+    return out
+
+
+def _scales_padded(s: torch.Tensor, rows: int) -> torch.Tensor:
+    """1x128 scales [M, kb] as [rows, kb] with strides exactly (1, rows), as cuBLAS takes them (the casts write
+    (1, align_up(M, 4)): the same memory when M == rows and M % 4 == 0). Added rows hold 1."""
     m, kb = s.shape
-    if s.stride(0) == 1 and (s.stride(1) == m or kb == 1):
+    if rows == m and s.stride(0) == 1 and (s.stride(1) == m or kb == 1):
         return s
-    out = torch.empty((kb, m), dtype=torch.float32, device=s.device).t()
-    out.copy_(s)
+    out = torch.ones((kb, rows), dtype=torch.float32, device=s.device).t()
+    out[:m].copy_(s)
     return out
 
 
@@ -88,12 +121,17 @@ def fp8_mm(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
            out_dtype: torch.dtype) -> torch.Tensor:
     """`(a * sa) @ (b * sb)^T` with `a` [M, K] e4m3 in 1x128 blocks along K (scales `sa` [M, ceil(K/128)]) and
     `b` [N, K] e4m3 contiguous in 128x128 blocks (`sb` [ceil(N/128), ceil(K/128)] contiguous), [M, N] in
-    `out_dtype`. On CUDA: cuBLAS through `torch._scaled_mm`. On the CPU: the float64 product of the dequantized
-    operands, rounded once to `out_dtype` (the reference of the recipe)."""
-    if a.shape[0] == 0:
+    `out_dtype`. On CUDA: cuBLAS through `torch._scaled_mm`, with M and K padded to multiples of 128 where
+    they are not (zero rows and columns add nothing; see PAD_MULTIPLE). On the CPU: the float64 product of the
+    dequantized operands, rounded once to `out_dtype` (the reference of the recipe)."""
+    m, k = a.shape
+    if m == 0:
         return torch.empty((0, b.shape[0]), dtype=out_dtype, device=a.device)
     if a.is_cuda:
-        return torch._scaled_mm(a, b.t(), scale_a=_outer_major_scales(sa), scale_b=sb.t(), out_dtype=out_dtype)
+        rows, cols = (-(-d // PAD_MULTIPLE) * PAD_MULTIPLE for d in (m, k))
+        y = torch._scaled_mm(_padded(a, rows, cols), _padded(b, b.shape[0], cols).t(),
+                             scale_a=_scales_padded(sa, rows), scale_b=sb.t(), out_dtype=out_dtype)
+        return y if rows == m else y[:m]
     product = reference.dequantize_1x128(a, sa) @ reference.dequantize_128x128(b, sb).t()
     return product.to(out_dtype)
 

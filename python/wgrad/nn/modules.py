@@ -30,8 +30,8 @@ class Fp8Linear(nn.Linear):
         """An Fp8Linear sharing `linear`'s parameters (no copy)."""
         new = cls.__new__(cls)
         nn.Module.__init__(new)
-        _recipe.check_features("Fp8Linear.from_linear", "in_features", linear.in_features)
-        _recipe.check_features("Fp8Linear.from_linear", "out_features", linear.out_features)
+        for name in ("in_features", "out_features"):
+            _recipe.check_features("Fp8Linear.from_linear", name, getattr(linear, name))
         new.in_features, new.out_features = linear.in_features, linear.out_features
         new.weight = linear.weight
         new.bias = linear.bias
