@@ -26,7 +26,7 @@ from ..nn import Fp8GroupedLinear, Fp8Linear
 from ..nn import _recipe
 from .common import ProgressFn
 from .suite import Suite, SuiteRun
-from .timing import L2_FLUSH_BYTES
+from .timing import L2_FLUSH_BYTES, time_once_ms
 
 TOKENS = 8192
 # (in_features, out_features) of DeepSeek-V3 layers (hidden 7168): attention and MLP projections.
@@ -54,16 +54,6 @@ def uneven_split(total: int, groups: int, seed: int = 0) -> List[int]:
     return sizes
 
 
-def _events_ms(fn: Callable[[], object], flush: torch.Tensor) -> float:
-    flush.zero_()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
-
-
 def time_interleaved(fns: Dict[str, Callable[[], object]], reps: int, flush: torch.Tensor) -> Dict[str, float]:
     """Median milliseconds of each call, the calls taken in turn so that all see the same machine."""
     for fn in fns.values():
@@ -72,7 +62,7 @@ def time_interleaved(fns: Dict[str, Callable[[], object]], reps: int, flush: tor
     times: Dict[str, List[float]] = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
-            times[name].append(_events_ms(fn, flush))
+            times[name].append(time_once_ms(fn, flush.zero_))
     return {name: statistics.median(t) for name, t in times.items()}
 
 

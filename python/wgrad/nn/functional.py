@@ -44,6 +44,16 @@ from ._recipe import FLOAT_DTYPES
 GROUPED_PAD = 32
 
 
+def _remember_weight(ctx, x: torch.Tensor, weight: torch.Tensor, main_grad: Optional[torch.Tensor]) -> None:
+    """What backward needs of the weight beyond saved tensors. main_grad is kept as an attribute, not saved:
+    other micro-batches' backward passes accumulate into it in between (a saved tensor's version check
+    would refuse it), and the weight only to mark it for Megatron."""
+    ctx.x_dtype = x.dtype
+    ctx.weight = weight if main_grad is not None else None
+    ctx.weight_shape = tuple(weight.shape)
+    ctx.main_grad = main_grad
+
+
 # ------------------------------------------------------------------ dense -------------------------------
 
 
@@ -60,10 +70,7 @@ class _Fp8Linear(torch.autograd.Function):
         if bias is not None:
             y = y + bias.to(y.dtype)
         ctx.save_for_backward(x_q_t, x_s_t, w_q_t, w_s_t)
-        ctx.x_dtype = x.dtype
-        ctx.weight = weight if main_grad is not None else None
-        ctx.weight_shape = tuple(weight.shape)
-        ctx.main_grad = main_grad
+        _remember_weight(ctx, x, weight, main_grad)
         return y
 
     @staticmethod
@@ -179,10 +186,7 @@ class _Fp8GroupedLinear(torch.autograd.Function):
         else:
             x_q_t = x_s_t = padded = None
         ctx.save_for_backward(x_q_t, x_s_t, padded, weight if ctx.needs_input_grad[0] else None, sizes, offsets)
-        ctx.x_dtype = x.dtype
-        ctx.weight = weight if main_grad is not None else None
-        ctx.weight_shape = tuple(weight.shape)
-        ctx.main_grad = main_grad
+        _remember_weight(ctx, x, weight, main_grad)
         return y
 
     @staticmethod
