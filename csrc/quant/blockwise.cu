@@ -52,10 +52,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_128x128_
   p.scales_t = scales_t.data_ptr<float>();
   p.ue8m0 = ue8m0;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_SWITCH(w.scalar_type(), op,
-                     AT_DISPATCH_CASE(at::kFloat, [&] { launch_128x128<float>(p, stream); })
-                     AT_DISPATCH_CASE(at::kHalf, [&] { launch_128x128<__half>(p, stream); })
-                     AT_DISPATCH_CASE(at::kBFloat16, [&] { launch_128x128<__nv_bfloat16>(p, stream); }));
+  dispatch_x_type(w, [&](auto tag) { launch_128x128<decltype(tag)>(p, stream); });
   return {q, scales, q_t, scales_t};
 }
 
