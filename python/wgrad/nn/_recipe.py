@@ -81,18 +81,31 @@ def clear_weight_cache() -> None:
     _WEIGHT_CACHE.clear()
 
 
+def _round_up(d: int) -> int:
+    return -(-d // PAD_MULTIPLE) * PAD_MULTIPLE
+
+
+def _weight_cast(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    q, s, q_t, s_t = quantize_fp8_128x128(weight.detach())
+    if q.is_cuda:  # the K padding fp8_mm gives cuBLAS, done once per cast rather than at every GEMM
+        q = _padded(q, q.shape[0], _round_up(q.shape[1]))
+        q_t = _padded(q_t, q_t.shape[0], _round_up(q_t.shape[1]))
+    return q, s, q_t, s_t
+
+
 def quantized_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`quantize_fp8_128x128(weight)`, cached: the micro-batches of one optimizer step cast the weight once. The
-    cast is recomputed after any optimizer step, any in-place op on the weight (`copy_`, `load_state_dict`:
-    `weight._version`), a new storage (`weight.data = ...`) and `clear_weight_cache()`, so a stale cast is
-    never served."""
+    """`quantize_fp8_128x128(weight)` as fp8_mm takes it (on CUDA, `q` and `q_t` with their columns padded
+    with zeros to a multiple of 128), cached: the micro-batches of one optimizer step cast the weight once.
+    The cast is recomputed after any optimizer step, any in-place op on the weight (`copy_`,
+    `load_state_dict`: `weight._version`), a new storage (`weight.data = ...`) and `clear_weight_cache()`, so
+    a stale cast is never served."""
     if _uncached():
-        return quantize_fp8_128x128(weight.detach())
+        return _weight_cast(weight)
     key = (_OPTIMIZER_STEPS[0], weight._version, weight.data_ptr(), weight.dtype, weight.device, tuple(weight.shape))
     hit = _WEIGHT_CACHE.get(weight)
     if hit is not None and hit[0] == key:
         return hit[1]
-    value = quantize_fp8_128x128(weight.detach())
+    value = _weight_cast(weight)
     _WEIGHT_CACHE[weight] = (key, value)
     return value
 
@@ -120,15 +133,15 @@ def _scales_padded(s: torch.Tensor, rows: int) -> torch.Tensor:
 def fp8_mm(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
            out_dtype: torch.dtype) -> torch.Tensor:
     """`(a * sa) @ (b * sb)^T` with `a` [M, K] e4m3 in 1x128 blocks along K (scales `sa` [M, ceil(K/128)]) and
-    `b` [N, K] e4m3 contiguous in 128x128 blocks (`sb` [ceil(N/128), ceil(K/128)] contiguous), [M, N] in
-    `out_dtype`. On CUDA: cuBLAS through `torch._scaled_mm`, with M and K padded to multiples of 128 where
+    `b` [N, K] e4m3 contiguous in 128x128 blocks (`sb` [ceil(N/128), ceil(K/128)] contiguous; on CUDA `b` may
+    come with its K already padded, as `quantized_weight` gives it), [M, N] in `out_dtype`. On CUDA: cuBLAS through `torch._scaled_mm`, with M and K padded to multiples of 128 where
     they are not (zero rows and columns add nothing; see PAD_MULTIPLE). On the CPU: the float64 product of the
     dequantized operands, rounded once to `out_dtype` (the reference of the recipe)."""
     m, k = a.shape
     if m == 0:
         return torch.empty((0, b.shape[0]), dtype=out_dtype, device=a.device)
     if a.is_cuda:
-        rows, cols = (-(-d // PAD_MULTIPLE) * PAD_MULTIPLE for d in (m, k))
+        rows, cols = _round_up(m), _round_up(k)
         y = torch._scaled_mm(_padded(a, rows, cols), _padded(b, b.shape[0], cols).t(),
                              scale_a=_scales_padded(sa, rows), scale_b=sb.t(), out_dtype=out_dtype)
         return y if rows == m else y[:m]
