@@ -60,3 +60,18 @@ def grouped(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], sizes: 
         dw[g] = _dq_cols(dy[rows]).t() @ _dq_cols(x[rows])
         db[g] = dy[rows].double().sum(0)
     return y, dx, dw, db
+
+
+def train_losses(model, data, steps: int, lr: float = 1e-3):
+    """The loss of every step of `steps` AdamW steps over `data` (pairs of input and target, taken in turn),
+    MSE in fp32: what the training tests compare between an FP8 model and its bf16 twin."""
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    losses = []
+    for step in range(steps):
+        x, target = data[step % len(data)]
+        loss = torch.nn.functional.mse_loss(model(x).float(), target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses

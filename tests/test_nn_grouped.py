@@ -214,18 +214,7 @@ def test_gpu_moe_block_trains_like_bf16():
     bf16 = _MoE(dim, hidden, experts, fp8=False)
     fp8 = _MoE(dim, hidden, experts, fp8=True)
     fp8.load_state_dict(bf16.state_dict())
-    losses = {}
-    for name, model in (("bf16", bf16), ("fp8", fp8)):
-        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-        curve = []
-        for step in range(300):
-            x, target = data[step % len(data)]
-            loss = torch.nn.functional.mse_loss(model(x).float(), target)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            curve.append(loss.item())
-        losses[name] = curve
+    losses = {name: nn_reference.train_losses(model, data, 300) for name, model in (("bf16", bf16), ("fp8", fp8))}
     assert losses["bf16"][-1] < 0.5 * losses["bf16"][0]
     final = {k: sum(v[-10:]) / 10 for k, v in losses.items()}
     assert abs(final["fp8"] - final["bf16"]) <= 0.02 * final["bf16"], final

@@ -33,6 +33,15 @@ def _data(tokens, in_f, out_f, dtype, *, seed=0, device="cpu", bias=True):
     return move(x), move(w), move(b), move(dy)
 
 
+def _layer(w, b, **factory):
+    """An Fp8Linear holding w and b."""
+    layer = Fp8Linear(w.shape[1], w.shape[0], **factory)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.bias.copy_(b)
+    return layer
+
+
 def _run(x, w, b, dy, *, main_grad=False):
     """Forward and backward through fp8_linear; returns (y, dx, dw or main_grad, db, weight)."""
     x = x.clone().requires_grad_(True)
@@ -69,10 +78,7 @@ def test_cpu_matches_recipe(case, dtype):
 def test_cpu_leading_dims_and_shapes():
     x, w, b, dy = _data(24, 128, 256, torch.float32, seed=3)
     x3 = x.view(2, 3, 4, 128)
-    layer = Fp8Linear(128, 256)
-    with torch.no_grad():
-        layer.weight.copy_(w)
-        layer.bias.copy_(b)
+    layer = _layer(w, b)
     y = layer(x3)
     assert y.shape == (2, 3, 4, 256)
     torch.testing.assert_close(y.reshape(24, 256), nn_reference.linear(x, w, b, dy)[0], rtol=1e-6, atol=1e-6)
@@ -113,10 +119,7 @@ def test_cpu_main_grad_checked():
 
 def test_cpu_weight_cache_follows_in_place_updates(monkeypatch):
     x, w, b, dy = _data(32, 128, 256, torch.float32, seed=6)
-    layer = Fp8Linear(128, 256)
-    with torch.no_grad():
-        layer.weight.copy_(w)
-        layer.bias.copy_(b)
+    layer = _layer(w, b)
     calls = []
     real = _recipe.quantize_fp8_128x128
     monkeypatch.setattr(_recipe, "quantize_fp8_128x128", lambda t: calls.append(1) or real(t))
@@ -177,10 +180,7 @@ def test_cpu_inference_casts_x_once_row_wise(monkeypatch):
     import wgrad.nn.functional as functional
 
     x, w, b, dy = _data(32, 128, 256, torch.float32, seed=9)
-    layer = Fp8Linear(128, 256)
-    with torch.no_grad():
-        layer.weight.copy_(w)
-        layer.bias.copy_(b)
+    layer = _layer(w, b)
     both = []
     real = functional.quantize_fp8_1x128_both
     monkeypatch.setattr(functional, "quantize_fp8_1x128_both", lambda t: both.append(1) or real(t))
@@ -292,10 +292,7 @@ def test_gpu_matches_recipe(case, dtype):
 def test_gpu_two_backwards_into_main_grad_and_cache():
     x1, w, b, dy1 = _data(256, 512, 256, torch.bfloat16, seed=11)
     x2, _, _, dy2 = _data(256, 512, 256, torch.bfloat16, seed=12)
-    layer = Fp8Linear(512, 256, dtype=torch.bfloat16, device="cuda")
-    with torch.no_grad():
-        layer.weight.copy_(w)
-        layer.bias.copy_(b)
+    layer = _layer(w, b, dtype=torch.bfloat16, device="cuda")
     layer.weight.main_grad = torch.zeros(w.shape, device="cuda")
     for x, dy in ((x1, dy1), (x2, dy2)):
         layer(x.cuda()).backward(dy.cuda())
@@ -332,20 +329,6 @@ def test_gpu_cuda_graph_replays_with_new_weights():
     assert rel_frobenius(y.detach().cpu().float(), expected.float()) <= 2e-3
 
 
-def _train(model, data, steps, lr=1e-3):
-    torch.manual_seed(0)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    losses = []
-    for step in range(steps):
-        x, target = data[step % len(data)]
-        loss = torch.nn.functional.mse_loss(model(x).float(), target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
 @gpu
 def test_gpu_mlp_trains_like_bf16():
     torch.manual_seed(0)
@@ -360,8 +343,8 @@ def test_gpu_mlp_trains_like_bf16():
     bf16 = _Mlp(dim, hidden, linear=nn.Linear, dtype=torch.bfloat16, device="cuda")
     fp8 = _Mlp(dim, hidden, dtype=torch.bfloat16, device="cuda")
     fp8.load_state_dict(bf16.state_dict())
-    loss_bf16 = _train(bf16, data, 300)
-    loss_fp8 = _train(fp8, data, 300)
+    loss_bf16 = nn_reference.train_losses(bf16, data, 300)
+    loss_fp8 = nn_reference.train_losses(fp8, data, 300)
     assert loss_bf16[-1] < 0.5 * loss_bf16[0]  # the task is learnt at all
     final_bf16 = sum(loss_bf16[-10:]) / 10
     final_fp8 = sum(loss_fp8[-10:]) / 10
