@@ -23,14 +23,14 @@ def test_uneven_split(groups, total):
 
 
 def _row(kind, ours, bf16, err=0.03):
-    return layers.LayerRow(kind, "7168->2112 x 8192", ours, ours * 1.05, bf16, {"fprop": 0.1}, 100 * 2**20,
-                           200 * 2**20, 90.0 if kind == "dense" else None, err)
+    return layers.LayerRow(kind, "7168->2112 x 8192", ours, ours * 1.05, bf16, 0.25, 0.05, {"fprop": 0.1},
+                           100 * 2**20, 200 * 2**20, 90.0 if kind == "dense" else None, err)
 
 
 def test_table_and_check():
     rows = [_row("dense", 1.0, 1.5), _row("dense", 2.0, 2.4), _row("grouped", 1.0, 1.0, err=0.5)]
     table = layers.layers_table(rows)
-    assert "| dense 7168->2112 x 8192 | 1.000 | 1.050 | 1.500 | 1.50 | 100.0 / 200.0 | 90.0 |" in table
+    assert "| dense 7168->2112 x 8192 | 1.000 | 1.050 | 1.500 | 1.50 | 0.250 / 0.050 | 100.0 / 200.0 | 90.0 |" in table
     assert "dense: geomean speedup 1.342" in table and "grouped: geomean speedup 1.000" in table
     run = layers.LayersRun(cli.build_parser().parse_args(["--layers"]), False)
     run.rows = rows

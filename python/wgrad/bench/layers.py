@@ -3,9 +3,12 @@
 Dense: `wgrad.nn.Fp8Linear` (weight gradient into `.grad`, and into an fp32 `main_grad` as Megatron runs it)
 against `nn.Linear` in bf16, on DeepSeek-V3 layer shapes at 8192 tokens. Grouped: `Fp8GroupedLinear` against
 the same experts in bf16 through `torch._grouped_mm` (autograd's own backward), 8 and 32 experts with uneven
-token counts. Per call: an L2 flush outside the timed region, CUDA events around forward + backward, the
-implementations interleaved call by call; medians. Columns: the speedup, a per-step breakdown of our layer
-(each step timed alone the same way), the activation bytes saved for backward, and the weight cast's
+token counts. Per call: an L2 flush outside the timed region, then a GPU sleep long enough for the host to
+enqueue the whole forward + backward, CUDA events around it, the implementations interleaved call by call;
+medians. The GPU time is what a training step pays when the host runs ahead of the GPU, as it does when
+layers follow each other; the host's enqueue time of the same call is its own column (a layer whose host time
+exceeds its GPU time would be host-bound in training). Columns: the speedup, a per-step breakdown of our
+layer (each step timed alone the same way), the activation bytes saved for backward, and the weight cast's
 bandwidth against a device copy of the same bytes.
 """
 
@@ -15,6 +18,7 @@ import argparse
 import dataclasses
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -26,7 +30,7 @@ from ..nn import Fp8GroupedLinear, Fp8Linear
 from ..nn import _recipe
 from .common import ProgressFn
 from .suite import Suite, SuiteRun
-from .timing import L2_FLUSH_BYTES, time_once_ms
+from .timing import L2_FLUSH_BYTES
 
 TOKENS = 8192
 # (in_features, out_features) of DeepSeek-V3 layers (hidden 7168): attention and MLP projections.
@@ -54,16 +58,64 @@ def uneven_split(total: int, groups: int, seed: int = 0) -> List[int]:
     return sizes
 
 
-def time_interleaved(fns: Dict[str, Callable[[], object]], reps: int, flush: torch.Tensor) -> Dict[str, float]:
-    """Median milliseconds of each call, the calls taken in turn so that all see the same machine."""
+def _sleep_cycles_per_ms() -> float:
+    """GPU clock cycles of `torch.cuda._sleep` per millisecond on this device (measured once)."""
+    cycles = 2_000_000
+    torch.cuda._sleep(cycles)  # warm-up
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
+@dataclass
+class Timing:
+    gpu_ms: float  # median CUDA-event time of the call, its host enqueue hidden behind a GPU sleep
+    host_ms: float  # median host time to enqueue the call
+
+
+def _time_hidden(fn: Callable[[], object], flush: torch.Tensor, sleep_cycles: int) -> Tuple[float, float]:
+    """One call: the flush, a GPU sleep that covers the host's enqueue of `fn`, then CUDA events around fn.
+    Returns (GPU ms, host ms)."""
+    flush.zero_()
+    torch.cuda._sleep(sleep_cycles)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    t0 = time.perf_counter()
+    fn()
+    host_ms = (time.perf_counter() - t0) * 1e3
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end), host_ms
+
+
+def time_interleaved(fns: Dict[str, Callable[[], object]], reps: int, flush: torch.Tensor) -> Dict[str, Timing]:
+    """Median GPU and host milliseconds of each call, the calls taken in turn so that all see the same machine.
+    The GPU sleep before each call lasts twice the slowest host enqueue seen in the warm-up (at least 1 ms),
+    so the GPU time never includes waiting for the host (if it did, a host stall would show as GPU time)."""
+    host = 0.0
     for fn in fns.values():
-        fn()
-        fn()
-    times: Dict[str, List[float]] = {name: [] for name in fns}
+        for _ in range(2):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            host = max(host, time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    sleep_cycles = int(_sleep_cycles_per_ms() * max(1.0, 2e3 * host))
+    gpu: Dict[str, List[float]] = {name: [] for name in fns}
+    hosts: Dict[str, List[float]] = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
-            times[name].append(time_once_ms(fn, flush.zero_))
-    return {name: statistics.median(t) for name, t in times.items()}
+            g, h = _time_hidden(fn, flush, sleep_cycles)
+            gpu[name].append(g)
+            hosts[name].append(h)
+    return {name: Timing(statistics.median(gpu[name]), statistics.median(hosts[name])) for name in fns}
+
+
+def _gpu_ms(timings: Dict[str, Timing]) -> Dict[str, float]:
+    return {name: t.gpu_ms for name, t in timings.items()}
 
 
 def _train_step(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor, *args) -> Callable[[], None]:
@@ -79,10 +131,12 @@ def _train_step(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor, *args) -> C
 class LayerRow:
     kind: str
     label: str
-    ours_ms: float
+    ours_ms: float  # GPU time of forward + backward (host enqueue hidden)
     ours_main_grad_ms: Optional[float]
     bf16_ms: float
-    steps_ms: Dict[str, float] = field(default_factory=dict)
+    ours_host_ms: float  # host enqueue time of the same call
+    bf16_host_ms: float
+    steps_ms: Dict[str, float] = field(default_factory=dict)  # GPU time of each step alone
     saved_bytes_ours: int = 0
     saved_bytes_bf16: int = 0
     weight_cast_pct_of_copy: Optional[float] = None
@@ -97,7 +151,7 @@ def _copy_ms(nbytes: int, flush: torch.Tensor, reps: int) -> Tuple[float, int]:
     n = -(-(nbytes // 2) // 2**16) * 2**16
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    return time_interleaved({"copy": lambda: dst.copy_(src)}, reps, flush)["copy"], 2 * n
+    return time_interleaved({"copy": lambda: dst.copy_(src)}, reps, flush)["copy"].gpu_ms, 2 * n
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -125,19 +179,20 @@ def bench_dense(in_f: int, out_f: int, tokens: int, reps: int, flush: torch.Tens
     x_q, x_s, x_q_t, x_s_t = quant.quantize_fp8_1x128_both(xd)
     dy_q, dy_s, dy_q_t, dy_s_t = quant.quantize_fp8_1x128_both(dy)
     grad = torch.zeros(w.shape, device="cuda")
-    steps = time_interleaved({
+    steps = _gpu_ms(time_interleaved({
         "weight cast": lambda: quant.quantize_fp8_128x128(w),
         "x cast": lambda: quant.quantize_fp8_1x128_both(xd),
         "fprop": lambda: _recipe.fp8_mm(x_q, x_s, w_q, w_s, torch.bfloat16),
         "dy cast": lambda: quant.quantize_fp8_1x128_both(dy),
         "dgrad": lambda: _recipe.fp8_mm(dy_q, dy_s, w_q_t, w_s_t, torch.bfloat16),
         "wgrad": lambda: _recipe.accumulate_wgrad(dy_q_t, dy_s_t, x_q_t, x_s_t, grad),
-    }, reps, flush)
+    }, reps, flush))
     copy_ms, copy_bytes = _copy_ms(4 * w.numel(), flush, reps)
     cast_bytes = 4 * w.numel() + 8 * w_s.numel()
     cast_pct = 100.0 * (cast_bytes / steps["weight cast"]) / (copy_bytes / copy_ms)
     saved = x_q_t.untyped_storage().nbytes() + x_s_t.untyped_storage().nbytes()
-    return LayerRow("dense", f"{in_f}->{out_f} x {tokens}", times["ours"], times["ours_mg"], times["bf16"], steps,
+    return LayerRow("dense", f"{in_f}->{out_f} x {tokens}", times["ours"].gpu_ms, times["ours_mg"].gpu_ms,
+                    times["bf16"].gpu_ms, times["ours"].host_ms, times["bf16"].host_ms, steps,
                     saved, xd.numel() * 2, cast_pct, err)
 
 
@@ -171,17 +226,18 @@ def bench_grouped(experts: int, in_f: int, out_f: int, tokens: int, reps: int, f
     x_q_t, x_s_t, padded = quant.quantize_fp8_1x128_colwise_segments_padded(xd, sizes, pad=32)
     dy_q_t, dy_s_t, _ = quant.quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=32)
     grad = torch.zeros(w.shape, device="cuda")
-    steps = time_interleaved({
+    steps = _gpu_ms(time_interleaved({
         "fprop (bf16)": lambda: torch._grouped_mm(xd, w.transpose(-2, -1), offs=offsets),
         "x cast": lambda: quant.quantize_fp8_1x128_colwise_segments_padded(xd, sizes, pad=32),
         "dgrad (bf16)": lambda: torch._grouped_mm(dy, w, offs=offsets),
         "dy cast": lambda: quant.quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=32),
         "wgrad": lambda: torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_q_t, dy_s_t, x_q_t,
                                                                                          x_s_t, grad, padded),
-    }, reps, flush)
+    }, reps, flush))
     saved = x_q_t.untyped_storage().nbytes() + x_s_t.untyped_storage().nbytes()
-    return LayerRow("grouped", f"{experts} x {in_f}->{out_f} x {tokens}", times["ours"], times["ours_mg"],
-                    times["bf16"], steps, saved, xd.numel() * 2, None, err)
+    return LayerRow("grouped", f"{experts} x {in_f}->{out_f} x {tokens}", times["ours"].gpu_ms,
+                    times["ours_mg"].gpu_ms, times["bf16"].gpu_ms, times["ours"].host_ms, times["bf16"].host_ms,
+                    steps, saved, xd.numel() * 2, None, err)
 
 
 def run_layers(reps: int = DEFAULT_REPS, dense: Sequence[Tuple[int, int]] = DENSE_LAYER_SHAPES,
@@ -206,18 +262,19 @@ def format_row(r: LayerRow) -> str:
     steps = ", ".join(f"{k} {v:.3f}" for k, v in r.steps_ms.items())
     cast = f", weight cast {r.weight_cast_pct_of_copy:.1f} % of copy" if r.weight_cast_pct_of_copy else ""
     return (f"{r.kind} {r.label}: ours {r.ours_ms:.3f} ms (main_grad {r.ours_main_grad_ms:.3f}), bf16 "
-            f"{r.bf16_ms:.3f} ms, x{r.speedup:.2f}; saved activations {r.saved_bytes_ours / 2**20:.1f} MiB vs "
-            f"{r.saved_bytes_bf16 / 2**20:.1f} MiB{cast}; steps (ms): {steps}; rel. diff to bf16 {r.rel_error:.2e}")
+            f"{r.bf16_ms:.3f} ms, x{r.speedup:.2f}; host {r.ours_host_ms:.3f} ms vs {r.bf16_host_ms:.3f} ms; "
+            f"saved activations {r.saved_bytes_ours / 2**20:.1f} MiB vs {r.saved_bytes_bf16 / 2**20:.1f} MiB{cast}; steps (ms): {steps}; rel. diff to bf16 {r.rel_error:.2e}")
 
 
 def layers_table(rows: Sequence[LayerRow]) -> str:
-    head = ("| layer | FP8 fwd+bwd (ms) | with main_grad (ms) | bf16 (ms) | speedup | saved activations FP8 / bf16 "
-            "(MiB) | weight cast (% of copy) |")
-    lines = [head, "|" + "---|" * 7]
+    head = ("| layer | FP8 fwd+bwd (ms) | with main_grad (ms) | bf16 (ms) | speedup | host FP8 / bf16 (ms) | "
+            "saved activations FP8 / bf16 (MiB) | weight cast (% of copy) |")
+    lines = [head, "|" + "---|" * 8]
     for r in rows:
         cast = f"{r.weight_cast_pct_of_copy:.1f}" if r.weight_cast_pct_of_copy is not None else "-"
         lines.append(f"| {r.kind} {r.label} | {r.ours_ms:.3f} | {r.ours_main_grad_ms:.3f} | {r.bf16_ms:.3f} | "
-                     f"{r.speedup:.2f} | {r.saved_bytes_ours / 2**20:.1f} / {r.saved_bytes_bf16 / 2**20:.1f} | {cast} |")
+                     f"{r.speedup:.2f} | {r.ours_host_ms:.3f} / {r.bf16_host_ms:.3f} | "
+                     f"{r.saved_bytes_ours / 2**20:.1f} / {r.saved_bytes_bf16 / 2**20:.1f} | {cast} |")
     for kind in ("dense", "grouped"):
         sel = [r.speedup for r in rows if r.kind == kind]
         if sel:
