@@ -83,6 +83,17 @@ def test_plan_selects_benchmarks():
     assert p["gemm"].dense == [] and p["gemm"].grouped == [] and not p["gemm"].wanted and p["quant"].wanted
 
 
+def test_plan_of_the_short_k_set():
+    p = _plan(["--short-k"])
+    assert p["gemm"].dense == list(shapes.SHORT_K_DENSE_SHAPES) and not p["gemm"].skewed
+    assert p["gemm"].grouped == list(shapes.SHORT_K_GROUPED_SHAPES) and not p["quant"].wanted
+    # Added to what else is asked for, each shape once.
+    p = _plan(["--short-k", "--shape", "64,32,128", "--shape", "4096,4096,1024", "--grouped"])
+    assert p["gemm"].dense == [(64, 32, 128), (4096, 4096, 1024), (4096, 4096, 2048)]
+    assert p["gemm"].grouped == list(shapes.GROUPED_SEED_SHAPES) + list(shapes.SHORT_K_GROUPED_SHAPES)
+    assert p["gemm"].skewed
+
+
 def test_module_entry_point_parses_bench_subcommand(capsys):
     from wgrad import __main__ as entry
 

@@ -31,6 +31,15 @@ def test_seed_shapes_and_anchor_tables_agree():
     assert {(m, n) for _, m, n, _ in shapes.GROUPED_SEED_SHAPES} == {(7168, 4096), (2048, 7168)}
 
 
+def test_short_k_set():
+    assert shapes.SHORT_K_DENSE_SHAPES == ((4096, 4096, 1024), (4096, 4096, 2048))
+    assert shapes.SHORT_K_GROUPED_SHAPES == ((16, 4096, 7168, 1024), (16, 7168, 2048, 1024),
+                                             (64, 4096, 7168, 256), (64, 7168, 2048, 256))
+    # One training step's 16384 tokens spread over the experts: K per group a multiple of 128 (every
+    # comparator takes it).
+    assert all(g * k == 16384 and k % 128 == 0 for g, _, _, k in shapes.SHORT_K_GROUPED_SHAPES)
+
+
 def test_anchor_numbers_reproduce_the_published_geomeans():
     # The published geomeans over the twelve shapes: a transcription error shows here.
     expected = {"deepgemm": 986, "cutlass": 841, "cublas": 738, "bf16": 690}

@@ -39,6 +39,7 @@ examples:
   python -m wgrad bench --shape 4096,4096,8192 --impl ours,cublas --json bench.json
   python -m wgrad bench --grouped
   python -m wgrad bench --grouped-shape 16,2048,7168,1024 --reps 50
+  python -m wgrad bench --short-k
   python -m wgrad bench --quant
   python -m wgrad bench --layers"""
 

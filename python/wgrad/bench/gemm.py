@@ -17,7 +17,7 @@ from .impls import DENSE_IMPLS, GROUP_DENSE_IMPL, GROUPED_IMPLS, IMPL_NAMES, gro
 from .problems import BYTES_NOTE, grouped_relative_error, make_dense_problem, make_grouped_problem, relative_error
 from .runner import BF16_REL_ERR_MAX, FP8_REL_ERR_MAX, fill_ratios, measure_all, unbuilt_rows
 from .shapes import (DENSE_ANCHORS_TFLOPS, DENSE_SEED_SHAPES, GROUPED_ANCHORS_TFLOPS, GROUPED_SEED_SHAPES,
-                     DenseShape, GroupedShape)
+                     SHORT_K_DENSE_SHAPES, SHORT_K_GROUPED_SHAPES, DenseShape, GroupedShape)
 from .suite import Suite, SuiteRun
 from .tables import dense_table, grouped_table, legend, problem_lines, summarize, summary_lines
 from .timing import DEFAULT_REPS, DEFAULT_WARMUP, L2_FLUSH_BYTES, flush_buffer, free_cached
@@ -167,12 +167,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the 6 k-grouped seed shapes in both layouts, plus the skewed 8-expert case")
     parser.add_argument("--grouped-shape", metavar="G,M,N,K", type=parse_grouped_shape, action="append",
                         default=None, help="a k-grouped shape, K tokens per group (repeatable)")
+    parser.add_argument("--short-k", action="store_true",
+                        help="the short-K / many-groups set: dense 4096x4096 at K = 1024, 2048; k-grouped "
+                             "4096x7168 and 7168x2048 with 16 experts x 1024 tokens and 64 x 256 "
+                             "(added to the other shapes given)")
     parser.add_argument("--impl", metavar="NAMES", type=parse_impls, default=list(IMPL_NAMES),
                         help=f"comma-separated subset of {','.join(IMPL_NAMES)} (default: all)")
 
 
 def _asked(args: argparse.Namespace) -> bool:
-    return bool(args.shape or args.dense or args.grouped or args.grouped_shape)
+    return bool(args.shape or args.dense or args.grouped or args.grouped_shape or args.short_k)
 
 
 class GemmRun(SuiteRun):
@@ -185,6 +189,9 @@ class GemmRun(SuiteRun):
         self.grouped: List[GroupedShape] = list(args.grouped_shape or [])
         if args.grouped and not args.grouped_shape:
             self.grouped = list(GROUPED_SEED_SHAPES)
+        if args.short_k:
+            self.dense += [s for s in SHORT_K_DENSE_SHAPES if s not in self.dense]
+            self.grouped += [s for s in SHORT_K_GROUPED_SHAPES if s not in self.grouped]
         self.skewed: bool = args.grouped
         self.wanted = bool(self.dense or self.grouped or self.skewed)
         self.dense_rows: List[dict] = []

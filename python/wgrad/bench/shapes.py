@@ -34,6 +34,22 @@ GROUPED_SEED_SHAPES: Tuple[GroupedShape, ...] = (
     (8, 2048, 7168, 4096),
 )
 
+# The short-K / many-groups set (--short-k): dense M = N = 4096 at K = 1024 and 2048, and DeepSeek-V3's
+# expert weight gradients (4096 x 7168: gate and up fused; 7168 x 2048: down) with 16 experts of 1024
+# tokens or 64 experts of 256. Few K blocks per tile: the prologue, the epilogue's read-modify-write of
+# out and the per-group launch cost weigh most here.
+SHORT_K_DENSE_SHAPES: Tuple[DenseShape, ...] = (
+    (4096, 4096, 1024),
+    (4096, 4096, 2048),
+)
+
+SHORT_K_GROUPED_SHAPES: Tuple[GroupedShape, ...] = (
+    (16, 4096, 7168, 1024),
+    (16, 7168, 2048, 1024),
+    (64, 4096, 7168, 256),
+    (64, 7168, 2048, 256),
+)
+
 # Anchors: TFLOPS measured on one H200 with torch 2.11, median time, L2 flushed: DeepGEMM's wgrad kernel,
 # CUTLASS 4.2 groupwise (1,1,128) beta=1 at its best config, cuBLAS 1x128 with fp32 out + `add_`, bf16
 # `addmm` into fp32. Absolute figures move 10-20 % between machines and device calls: they place a row;
