@@ -45,7 +45,7 @@ def test_parse_grouped_shape():
 
 def test_parser_defaults_and_repeated_options():
     args = cli.build_parser().parse_args([])
-    assert args.impl == ["ours", "cublas", "bf16"]
+    assert args.impl == ["ours", "deepgemm", "cublas", "bf16"]
     assert args.reps == timing.DEFAULT_REPS == 30 and args.shape is None and args.json is None
     args = cli.build_parser().parse_args(["--shape", "64,32,128", "--shape", "1x2x16", "--impl", "cublas,ours,ours",
                                           "--reps", "7", "--json", "x.json"])
@@ -151,14 +151,10 @@ def test_module_command_without_gpu_has_no_traceback(module):
     assert proc.stdout == ""
 
 
-def _row(shape, impl, tflops=None, status="ok", message="", anchor=None):
-    row = {"kind": "dense", "shape": shape, "dims": [], "impl": impl, "form": f"{impl}-form", "status": status,
-           "message": message, "rel_err": 1.25e-4 if tflops else None, "ms": 1.0 if tflops else None,
-           "tflops": tflops, "gbps": 3000.0 if tflops else None, "anchor": None, "anchor_tflops": None,
-           "vs_anchor": None}
-    if anchor:
-        row.update(anchor=anchor[0], anchor_tflops=anchor[1], vs_anchor=tflops / anchor[1] if tflops else None)
-    return row
+def _row(shape, impl, tflops=None, status="ok", message=""):
+    return {"kind": "dense", "shape": shape, "dims": [], "impl": impl, "form": f"{impl}-form", "status": status,
+            "message": message, "rel_err": 1.25e-4 if tflops else None, "ms": 1.0 if tflops else None,
+            "tflops": tflops, "gbps": 3000.0 if tflops else None}
 
 
 def _fake_sm90(monkeypatch, dense_rows=(), grouped_rows=()):
@@ -168,7 +164,7 @@ def _fake_sm90(monkeypatch, dense_rows=(), grouped_rows=()):
 
 
 def test_cli_report_json_and_exit_status(monkeypatch, capsys, tmp_path):
-    rows = [_row("64x32x128", "ours", 2.0, anchor=("DeepGEMM", 918.0)), _row("64x32x128", "cublas", 1.0),
+    rows = [_row("64x32x128", "ours", 2.0), _row("64x32x128", "cublas", 1.0),
             _row("64x32x128", "bf16", status="n/a", message="RuntimeError: no bf16")]
     _fake_sm90(monkeypatch, dense_rows=rows)
     path = tmp_path / "bench.json"

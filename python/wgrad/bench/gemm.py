@@ -1,4 +1,4 @@
-"""The GEMM suites: dense and k-grouped weight-gradient GEMMs, ours against cuBLAS and bf16.
+"""The GEMM suites: dense and k-grouped weight-gradient GEMMs, ours against DeepGEMM, cuBLAS and bf16.
 
 `run_dense` and `run_grouped` validate then time every selected implementation on every shape (see
 `runner`); `SUITE` is their part of `python -m wgrad bench`: options, plan, tables and JSON keys.
@@ -13,11 +13,12 @@ import torch
 
 from . import shapes as _shapes
 from .common import ProgressFn, format_shape, is_cuda_fault, silent
-from .impls import DENSE_IMPLS, GROUP_DENSE_IMPL, GROUPED_IMPLS, IMPL_NAMES, group_dense_impl
+from .impls import (DEEPGEMM, DEEPGEMM_GROUPED, DENSE_IMPLS, GROUP_DENSE_IMPL, GROUPED_IMPLS, IMPL_NAMES,
+                    group_dense_impl)
 from .problems import BYTES_NOTE, grouped_relative_error, make_dense_problem, make_grouped_problem, relative_error
 from .runner import BF16_REL_ERR_MAX, FP8_REL_ERR_MAX, fill_ratios, measure_all, unbuilt_rows
-from .shapes import (DENSE_ANCHORS_TFLOPS, DENSE_SEED_SHAPES, GROUPED_ANCHORS_TFLOPS, GROUPED_SEED_SHAPES,
-                     SHORT_K_DENSE_SHAPES, SHORT_K_GROUPED_SHAPES, DenseShape, GroupedShape)
+from .shapes import (DENSE_SEED_SHAPES, GROUPED_SEED_SHAPES, SHORT_K_DENSE_SHAPES, SHORT_K_GROUPED_SHAPES,
+                     DenseShape, GroupedShape)
 from .suite import Suite, SuiteRun
 from .tables import dense_table, grouped_table, legend, problem_lines, summarize, summary_lines
 from .timing import DEFAULT_REPS, DEFAULT_WARMUP, L2_FLUSH_BYTES, flush_buffer, free_cached
@@ -46,10 +47,10 @@ def run_dense(shapes: Sequence[DenseShape] = DENSE_SEED_SHAPES, impls: Sequence[
             free_cached(device)
             continue
         check = lambda after, before, p=problem: relative_error(after, before, p.ref)  # noqa: E731
-        anchors = DENSE_ANCHORS_TFLOPS.get((m, n, k))
         shape_rows = measure_all(chosen, problem, lambda impl: check, label, (m, n, k), "dense", reps, warmup,
-                                 flush, progress, anchors, rows)
+                                 flush, progress, rows)
         fill_ratios(shape_rows, "cublas", "vs_cublas")
+        fill_ratios(shape_rows, DEEPGEMM, "vs_deepgemm")
         rows.extend(shape_rows)
         del problem, check
         free_cached(device)
@@ -76,7 +77,7 @@ def run_grouped(shapes: Sequence[GroupedShape] = GROUPED_SEED_SHAPES, impls: Seq
                 progress: Optional[ProgressFn] = None, device="cuda", flush_bytes: int = L2_FLUSH_BYTES,
                 rows: Optional[List[dict]] = None) -> List[dict]:
     """Both grouped layouts, our dense kernel on one group's shape, a per-group loop of our dense
-    kernel and of cuBLAS, on each (G, M, N, K); then (if `skewed`) the Zipf-split MoE case. Rows are
+    kernel, DeepGEMM's k-grouped call and a per-group loop of cuBLAS, on each (G, M, N, K); then (if `skewed`) the Zipf-split MoE case. Rows are
     appended to `rows` (if given) as in `run_dense`."""
     device = torch.device(device)
     progress = progress or silent
@@ -102,12 +103,12 @@ def run_grouped(shapes: Sequence[GroupedShape] = GROUPED_SEED_SHAPES, impls: Seq
             continue
         check = lambda after, before, p=problem: grouped_relative_error(after, before, p.refs)  # noqa: E731
         check0 = lambda after, before, p=problem: relative_error(after, before, p.refs[0])  # noqa: E731
-        anchors = GROUPED_ANCHORS_TFLOPS.get(tuple(dims)) if kind == "grouped" else None
         checks = lambda impl: check0 if impl.name == GROUP_DENSE_IMPL else check  # noqa: E731
         case_rows = measure_all(chosen, problem, checks, label, dims, kind, reps, warmup, flush, progress,
-                                anchors, rows, group_sizes=list(ks))
+                                rows, group_sizes=list(ks))
         fill_ratios(case_rows, "cublas-loop", "vs_cublas", dense_ref=GROUP_DENSE_IMPL if kind == "grouped"
                     else None)
+        fill_ratios(case_rows, DEEPGEMM_GROUPED, "vs_deepgemm")
         if kind == "skewed":
             fill_ratios(case_rows, "ours-dense-loop", "vs_dense_loop")
         rows.extend(case_rows)

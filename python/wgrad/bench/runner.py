@@ -17,11 +17,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .common import ProgressFn, first_line, gbps, is_cuda_fault, tflops
-from .shapes import ANCHOR_NAMES
 from .timing import sync, time_calls
 
 # Accuracy bars, as relative Frobenius error of the accumulated product vs the float64 reference.
-# FP8 implementations: both FP8 anchors (DeepGEMM, CUTLASS) reach ~1.3e-4 on this data.
+# FP8 implementations: DeepGEMM and CUTLASS reach ~1.3e-4 on this data too.
 FP8_REL_ERR_MAX = 2e-4
 # bf16 rounds the dequantized operands to 8 mantissa bits (~2e-3 expected): a sanity bound only.
 BF16_REL_ERR_MAX = 1e-2
@@ -47,7 +46,6 @@ class Impl:
     max_rel_err: float = FP8_REL_ERR_MAX
     required: bool = False  # an exception is a FAIL (ours), not "n/a" (a baseline torch lacks)
     pick_fastest: bool = False  # time every correct candidate briefly and keep the fastest
-    anchor: Optional[str] = None  # key into the shape's anchors (wgrad.bench.shapes)
 
 
 @dataclass
@@ -113,8 +111,7 @@ def select_candidate(candidates: Sequence[Candidate], check: Callable[[torch.Ten
 def new_row(kind: str, label: str, dims: Sequence[int], impl: Impl, reps: int) -> dict:
     return {"kind": kind, "shape": label, "dims": list(dims), "impl": impl.name, "form": "", "status": "",
             "message": "", "rel_err": None, "max_rel_err": impl.max_rel_err, "ms": None, "ms_min": None,
-            "ms_max": None, "reps": reps, "flops": None, "bytes": None, "tflops": None, "gbps": None,
-            "anchor": None, "anchor_tflops": None, "vs_anchor": None}
+            "ms_max": None, "reps": reps, "flops": None, "bytes": None, "tflops": None, "gbps": None}
 
 
 def progress_line(row: dict) -> str:
@@ -139,14 +136,11 @@ def unbuilt_rows(kind: str, label: str, dims: Sequence[int], impls: Sequence[Imp
 
 
 def measure(impl: Impl, problem, check, label: str, dims: Sequence[int], kind: str, reps: int, warmup: int,
-            flush: Optional[torch.Tensor], progress: ProgressFn, anchors: Optional[Dict[str, float]]) -> dict:
+            flush: Optional[torch.Tensor], progress: ProgressFn) -> dict:
     """Validates `impl` on `problem` (first correct candidate), then times it: one result row."""
     device = problem.device
     row = new_row(kind, label, dims, impl, reps)
     row.update(flops=impl.flops(problem), bytes=impl.bytes_moved(problem))
-    if impl.anchor and anchors and impl.anchor in anchors:
-        row["anchor"] = ANCHOR_NAMES[impl.anchor]
-        row["anchor_tflops"] = float(anchors[impl.anchor])
     try:
         quick = None
         if impl.pick_fastest:
@@ -158,8 +152,6 @@ def measure(impl: Impl, problem, check, label: str, dims: Sequence[int], kind: s
             ms = statistics.median(times)
             row.update(ms=ms, ms_min=min(times), ms_max=max(times), tflops=tflops(row["flops"], ms),
                        gbps=gbps(row["bytes"], ms))
-            if row["anchor_tflops"]:
-                row["vs_anchor"] = row["tflops"] / row["anchor_tflops"]
     except Exception as exc:
         if is_cuda_fault(exc):
             raise
@@ -170,15 +162,13 @@ def measure(impl: Impl, problem, check, label: str, dims: Sequence[int], kind: s
 
 def measure_all(impls: Sequence[Impl], problem, check_of: Callable[[Impl], Callable], label: str,
                 dims: Sequence[int], kind: str, reps: int, warmup: int, flush: Optional[torch.Tensor],
-                progress: ProgressFn, anchors: Optional[Dict[str, float]], sink: List[dict],
-                **extra) -> List[dict]:
+                progress: ProgressFn, sink: List[dict], **extra) -> List[dict]:
     """`measure` of every impl on one shape. A sticky CUDA fault is recorded as a FAIL row and, with
     the rows of this shape so far, put into `sink` before it propagates."""
     out: List[dict] = []
     for impl in impls:
         try:
-            row = measure(impl, problem, check_of(impl), label, dims, kind, reps, warmup, flush, progress,
-                          anchors)
+            row = measure(impl, problem, check_of(impl), label, dims, kind, reps, warmup, flush, progress)
         except Exception as exc:
             row = new_row(kind, label, dims, impl, reps)
             row.update(status="FAIL", message=f"CUDA fault: {first_line(exc)}", **extra)
