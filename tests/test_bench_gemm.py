@@ -226,9 +226,11 @@ def test_time_calls_flushes_before_every_call_and_counts():
         seen.append(int(flush.sum()))
         flush.fill_(1)
 
-    times = timing.time_calls(fn, reps=4, warmup=2, flush=flush, device=CPU)
+    host_us = []
+    times = timing.time_calls(fn, reps=4, warmup=2, flush=flush, device=CPU, host_us=host_us)
     assert len(times) == 4 and all(t >= 0 for t in times)
     assert seen == [64, 64, 0, 0, 0, 0]  # the 2 warm-up calls are not flushed; every timed one is
+    assert host_us == pytest.approx([t * 1e3 for t in times])  # on a CPU the host time is the call's time
 
 
 # ------------------------------------------------------------------ cuBLAS argument layout -----------
@@ -387,6 +389,7 @@ def test_run_dense_on_cpu_ours():
     (row,) = rows
     assert row["status"] == "ok" and row["rel_err"] < 1e-6 and row["form"] == "wgrad.wgrad_gemm_fp8_fp8_fp32_nt"
     assert row["bytes"] == problems.fp8_bytes(33, 20, 144) and "vs_deepgemm" not in row
+    assert row["host_us"] > 0 and row["host_us"] == pytest.approx(row["ms"] * 1e3)
 
 
 def test_run_grouped_on_cpu(monkeypatch):

@@ -25,7 +25,7 @@ def test_format_table_aligns_columns():
 
 
 def test_fill_ratios_and_dense_table():
-    rows = [_row("7168x2112x4096", "ours", 1100.0), _row("7168x2112x4096", "deepgemm", 1000.0),
+    rows = [_row("7168x2112x4096", "ours", 1100.0, host_us=12.5), _row("7168x2112x4096", "deepgemm", 1000.0),
             _row("7168x2112x4096", "cublas", 700.0),
             _row("7168x2112x4096", "bf16", status="n/a", message="RuntimeError: " + "z" * 100)]
     runner.fill_ratios(rows, "cublas", "vs_cublas")
@@ -37,7 +37,8 @@ def test_fill_ratios_and_dense_table():
     assert lines[0].split()[:5] == ["shape", "MxNxK", "impl", "ms", "TFLOPS"]
     assert lines[0].index("vs DeepGEMM") < lines[0].index("vs cuBLAS")
     ours = lines[2].split()
-    assert ours == ["7168x2112x4096", "ours", "1.000", "1100.0", "3000", "1.10x", "1.57x", "1.25e-04", "ok"]
+    assert ours == ["7168x2112x4096", "ours", "1.000", "1100.0", "3000", "12.5", "1.10x", "1.57x", "1.25e-04", "ok"]
+    assert lines[0].index("GB/s") < lines[0].index("host us") < lines[0].index("vs DeepGEMM")
     assert lines[5].rstrip().endswith("...") and "n/a: RuntimeError: zzz" in lines[5]
 
 

@@ -111,14 +111,15 @@ def select_candidate(candidates: Sequence[Candidate], check: Callable[[torch.Ten
 def new_row(kind: str, label: str, dims: Sequence[int], impl: Impl, reps: int) -> dict:
     return {"kind": kind, "shape": label, "dims": list(dims), "impl": impl.name, "form": "", "status": "",
             "message": "", "rel_err": None, "max_rel_err": impl.max_rel_err, "ms": None, "ms_min": None,
-            "ms_max": None, "reps": reps, "flops": None, "bytes": None, "tflops": None, "gbps": None}
+            "ms_max": None, "reps": reps, "flops": None, "bytes": None, "tflops": None, "gbps": None,
+            "host_us": None}
 
 
 def progress_line(row: dict) -> str:
     head = f"  {row['shape']:<24} {row['impl']:<16}"
     if row["ms"] is not None:
-        return (f"{head} {row['ms']:8.3f} ms {row['tflops']:7.1f} TFLOPS  rel.err {row['rel_err']:.2e}"
-                f"  [{row['form']}]")
+        return (f"{head} {row['ms']:8.3f} ms {row['tflops']:7.1f} TFLOPS  host {row['host_us']:6.1f} us"
+                f"  rel.err {row['rel_err']:.2e}  [{row['form']}]")
     return f"{head} {row['status']}: {row['message']}"
 
 
@@ -148,10 +149,11 @@ def measure(impl: Impl, problem, check, label: str, dims: Sequence[int], kind: s
         sel = select_candidate(impl.setup(problem), check, impl.max_rel_err, impl.required, device, quick)
         row.update(status=sel.status, message=sel.message, rel_err=sel.rel_err, form=sel.form, tried=sel.tried)
         if sel.run is not None:
-            times = time_calls(sel.run, reps, warmup, flush, device)
+            host_us: List[float] = []
+            times = time_calls(sel.run, reps, warmup, flush, device, host_us)
             ms = statistics.median(times)
             row.update(ms=ms, ms_min=min(times), ms_max=max(times), tflops=tflops(row["flops"], ms),
-                       gbps=gbps(row["bytes"], ms))
+                       gbps=gbps(row["bytes"], ms), host_us=statistics.median(host_us))
     except Exception as exc:
         if is_cuda_fault(exc):
             raise
