@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from helpers import ROOT, package_env
-from wgrad.bench import cli, gemm, quant, shapes, timing
+from wgrad.bench import bound, cli, gemm, quant, shapes, timing
 from wgrad.bench.suite import Suite, SuiteRun
 
 # ------------------------------------------------------------------ parsing --------------------------
@@ -157,8 +157,12 @@ def _row(shape, impl, tflops=None, status="ok", message=""):
             "tflops": tflops, "gbps": 3000.0 if tflops else None}
 
 
+RATES = bound.MachineRates(1300.0, 3000.0, (8192, 8192, 8192), 1 << 30)
+
+
 def _fake_sm90(monkeypatch, dense_rows=(), grouped_rows=()):
     monkeypatch.setattr(cli, "sm90_problem", lambda: None)
+    monkeypatch.setattr(gemm, "measure_rates", lambda **k: RATES)
     monkeypatch.setattr(gemm, "run_dense", lambda *a, rows, **k: rows.extend(dict(r) for r in dense_rows))
     monkeypatch.setattr(gemm, "run_grouped", lambda *a, rows, **k: rows.extend(dict(r) for r in grouped_rows))
 
@@ -171,10 +175,13 @@ def test_cli_report_json_and_exit_status(monkeypatch, capsys, tmp_path):
     assert cli.main(["--shape", "64,32,128", "--json", str(path)]) == 0  # n/a is not a failure
     out = capsys.readouterr().out
     assert "dense (out += a @ b^T, fp32 out)" in out and "geometric means, dense" in out and "not ok:" in out
+    assert ("machine rates, measured in this process: tensor-wise FP8 1300 TFLOPS (8192x8192x8192); "
+            "copy 3000 GB/s") in out
     doc = json.loads(path.read_text())
     assert list(doc) == ["torch", "cuda", "device", "sm_count", "wgrad", "reps", "warmup", "l2_flush_bytes",
-                         "bytes_note", "fp8_max_rel_err", "bf16_max_rel_err", "dense", "grouped", "geomean", "quant",
-                         "quant_unavailable", "layers", "stopped_by", "failed"]
+                         "bytes_note", "fp8_max_rel_err", "bf16_max_rel_err", "machine_rates", "dense", "grouped",
+                         "geomean", "quant", "quant_unavailable", "layers", "stopped_by", "failed"]
+    assert doc["machine_rates"]["fp8_tflops"] == 1300.0 and doc["machine_rates"]["copy_gbps"] == 3000.0
     assert doc["torch"] == torch.__version__ and "device" in doc and doc["failed"] == 0
     assert [r["impl"] for r in doc["dense"]] == ["ours", "cublas", "bf16"] and doc["grouped"] == []
     assert doc["geomean"]["dense"]["ours"]["tflops"] == pytest.approx(2.0)
@@ -256,7 +263,7 @@ def test_quant_rows_are_passed_through(monkeypatch, capsys, tmp_path):
     assert "rowwise" in out and "4100" in out and out.index("kernel") < out.index("rowwise")
     doc = json.loads(path.read_text())
     assert doc["failed"] == 1 and [r["kernel"] for r in doc["quant"]] == ["rowwise", "transposed"]
-    assert doc["dense"] == [] and doc["grouped"] == []
+    assert doc["dense"] == [] and doc["grouped"] == [] and doc["machine_rates"] is None  # no GEMM, no rates
 
 
 # ------------------------------------------------------------------ the suite registry ---------------

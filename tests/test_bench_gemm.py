@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from wgrad import reference
-from wgrad.bench import common, gemm, impls, problems, runner, shapes, timing
+from wgrad.bench import bound, common, gemm, impls, problems, runner, shapes, timing
 from wgrad.scales import is_mn_major, k_block_capacity, num_k_blocks
 
 CPU = torch.device("cpu")
@@ -258,6 +258,68 @@ def test_cublas_scales_match_torch_scaled_mm_layout(m, n, k):
 def test_cublas_call_forms_are_tried_in_order():
     forms = [form for form, _ in impls.cublas_product_fns(*([None] * 4))]
     assert forms[0].startswith("torch._scaled_mm") and forms[1].startswith("F.scaled_mm")
+
+
+# ------------------------------------------------------------------ the machine's bound --------------
+
+
+def test_machine_rates_are_measured_the_same_way_on_a_cpu():
+    rates = bound.measure_rates("cpu", gemm_size=64, copy_bytes=1 << 16, reps=2, warmup=1, flush_bytes=1 << 12)
+    assert rates.complete() and rates.fp8_tflops > 0 and rates.copy_gbps > 0
+    assert rates.fp8_shape == (64, 64, 64) and rates.copy_bytes == 1 << 16 and not rates.fp8_message
+    doc = rates.json()
+    assert doc["fp8_tflops"] == rates.fp8_tflops and "_scaled_mm" in doc["fp8_form"] and "copy_" in doc["copy_form"]
+    assert "TFLOPS (64x64x64)" in bound.rates_line(rates) and "GB/s" in bound.rates_line(rates)
+
+
+def test_a_rate_that_cannot_be_measured_is_a_reason_not_an_error(monkeypatch):
+    def no_fp8(*args):
+        raise RuntimeError("_scaled_mm: tensor-wise FP8 needs an SM89+ GPU\nmore")
+
+    monkeypatch.setattr(bound, "fp8_rate_tflops", no_fp8)
+    rates = bound.measure_rates("cpu", gemm_size=16, copy_bytes=1 << 12, reps=1, warmup=0, flush_bytes=0)
+    assert rates.fp8_tflops is None and rates.copy_gbps > 0 and not rates.complete()
+    assert rates.fp8_message == "RuntimeError: _scaled_mm: tensor-wise FP8 needs an SM89+ GPU"
+    assert "not measured (RuntimeError" in bound.rates_line(rates)
+    row = {"ms": 1.0, "flops": 10, "bytes": 10, "bound_ms": None, "pct_bound": None, "binds": None}
+    bound.fill_bound(row, rates)
+    assert row["pct_bound"] is None and row["binds"] is None
+
+
+def _rates(tflops=1000.0, gbps=2000.0):
+    return bound.MachineRates(tflops, gbps, (8192, 8192, 8192), 1 << 30)
+
+
+def test_bound_is_the_slower_of_math_and_memory():
+    math_row = {"ms": 4.0, "flops": 2e12, "bytes": 1e9}  # 2 ms of math, 0.5 ms of bytes
+    bound.fill_bound(math_row, _rates())
+    assert math_row["bound_ms"] == pytest.approx(2.0) and math_row["pct_bound"] == pytest.approx(50.0)
+    assert math_row["binds"] == "math"
+    memory_row = {"ms": 1.0, "flops": 2e11, "bytes": 1.6e9}  # 0.2 ms of math, 0.8 ms of bytes
+    bound.fill_bound(memory_row, _rates())
+    assert memory_row["bound_ms"] == pytest.approx(0.8) and memory_row["pct_bound"] == pytest.approx(80.0)
+    assert memory_row["binds"] == "memory"
+    untimed, no_rates = {"ms": None, "flops": 2e12, "bytes": 1e9}, {"ms": 1.0, "flops": 2e12, "bytes": 1e9}
+    bound.fill_bound(untimed, _rates())
+    bound.fill_bound(no_rates, None)
+    assert "pct_bound" not in untimed and "pct_bound" not in no_rates
+
+
+def test_timed_rows_get_their_bound_from_the_rates():
+    rates = _rates(tflops=1e-3, gbps=1e-3)  # a machine this slow makes any CPU time look fast
+    rows = gemm.run_dense([(32, 16, 256)], impls=["ours", "cublas"], reps=2, warmup=0, device="cpu",
+                          flush_bytes=0, rates=rates)
+    ours, cublas = rows
+    expected = max(ours["flops"] / 1e9 * 1e3, ours["bytes"] / 1e6 * 1e3)
+    assert ours["bound_ms"] == pytest.approx(expected)
+    assert ours["pct_bound"] == pytest.approx(100 * expected / ours["ms"])
+    assert ours["binds"] == ("math" if ours["flops"] / 1e9 >= ours["bytes"] / 1e6 else "memory")
+    assert cublas["status"] == "n/a" and cublas["pct_bound"] is None and cublas["binds"] is None
+    grouped = gemm.run_grouped([(2, 24, 16, 128)], impls=["ours"], reps=1, warmup=0, device="cpu", flush_bytes=0,
+                               skewed=False, rates=rates)
+    assert all(r["pct_bound"] is not None for r in grouped)
+    assert gemm.run_dense([(32, 16, 256)], impls=["ours"], reps=1, warmup=0, device="cpu",
+                          flush_bytes=0)[0]["pct_bound"] is None  # no rates given: no bound
 
 
 # ------------------------------------------------------------------ DeepGEMM argument layout ---------

@@ -25,7 +25,8 @@ def test_format_table_aligns_columns():
 
 
 def test_fill_ratios_and_dense_table():
-    rows = [_row("7168x2112x4096", "ours", 1100.0, host_us=12.5), _row("7168x2112x4096", "deepgemm", 1000.0),
+    rows = [_row("7168x2112x4096", "ours", 1100.0, host_us=12.5, pct_bound=86.25, binds="math"),
+            _row("7168x2112x4096", "deepgemm", 1000.0),
             _row("7168x2112x4096", "cublas", 700.0),
             _row("7168x2112x4096", "bf16", status="n/a", message="RuntimeError: " + "z" * 100)]
     runner.fill_ratios(rows, "cublas", "vs_cublas")
@@ -37,8 +38,10 @@ def test_fill_ratios_and_dense_table():
     assert lines[0].split()[:5] == ["shape", "MxNxK", "impl", "ms", "TFLOPS"]
     assert lines[0].index("vs DeepGEMM") < lines[0].index("vs cuBLAS")
     ours = lines[2].split()
-    assert ours == ["7168x2112x4096", "ours", "1.000", "1100.0", "3000", "12.5", "1.10x", "1.57x", "1.25e-04", "ok"]
-    assert lines[0].index("GB/s") < lines[0].index("host us") < lines[0].index("vs DeepGEMM")
+    assert ours == ["7168x2112x4096", "ours", "1.000", "1100.0", "3000", "86.2", "math", "12.5", "1.10x", "1.57x",
+                    "1.25e-04", "ok"]
+    assert (lines[0].index("GB/s") < lines[0].index("% bound") < lines[0].index("binds") < lines[0].index("host us")
+            < lines[0].index("vs DeepGEMM"))
     assert lines[5].rstrip().endswith("...") and "n/a: RuntimeError: zzz" in lines[5]
 
 
@@ -90,6 +93,8 @@ def test_legend_names_every_row_and_the_call_it_timed():
     assert "wgrad.wgrad_gemm_fp8_fp8_fp32_nt: out += (a*sa) @ (b*sb)^T in one call" in text
     assert "timed: ours-form" in text and "timed: cublas-loop-form" in text
     assert "DESIGN" not in text and "vs DeepGEMM" in text and "same shape" in text
+    assert "% bound = 100 * max(FLOPs / tensor-wise FP8 rate, bytes / copy rate) / median time" in text
+    assert "host us" in text
 
 
 def test_generic_table_takes_free_form_rows():

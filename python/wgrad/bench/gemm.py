@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from . import shapes as _shapes
+from .bound import MachineRates, measure_rates, rates_line
 from .common import ProgressFn, format_shape, is_cuda_fault, silent
 from .impls import (DEEPGEMM, DEEPGEMM_GROUPED, DENSE_IMPLS, GROUP_DENSE_IMPL, GROUPED_IMPLS, IMPL_NAMES,
                     group_dense_impl)
@@ -27,9 +28,10 @@ from .timing import DEFAULT_REPS, DEFAULT_WARMUP, L2_FLUSH_BYTES, flush_buffer, 
 def run_dense(shapes: Sequence[DenseShape] = DENSE_SEED_SHAPES, impls: Sequence[str] = IMPL_NAMES,
               reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, *, seed: int = 0,
               progress: Optional[ProgressFn] = None, device="cuda", flush_bytes: int = L2_FLUSH_BYTES,
-              rows: Optional[List[dict]] = None) -> List[dict]:
+              rows: Optional[List[dict]] = None, rates: Optional[MachineRates] = None) -> List[dict]:
     """Validates then times each implementation on each (M, N, K); one dict per (shape, impl), appended
-    to `rows` (if given) as each shape completes, so that they survive a CUDA fault that stops the run."""
+    to `rows` (if given) as each shape completes, so that they survive a CUDA fault that stops the run.
+    With `rates` (`bound.measure_rates` on the same device), every timed row gets its bound."""
     device = torch.device(device)
     progress = progress or silent
     chosen = [impl for impl in DENSE_IMPLS if impl.name in impls]
@@ -48,7 +50,7 @@ def run_dense(shapes: Sequence[DenseShape] = DENSE_SEED_SHAPES, impls: Sequence[
             continue
         check = lambda after, before, p=problem: relative_error(after, before, p.ref)  # noqa: E731
         shape_rows = measure_all(chosen, problem, lambda impl: check, label, (m, n, k), "dense", reps, warmup,
-                                 flush, progress, rows)
+                                 flush, progress, rows, rates)
         fill_ratios(shape_rows, "cublas", "vs_cublas")
         fill_ratios(shape_rows, DEEPGEMM, "vs_deepgemm")
         rows.extend(shape_rows)
@@ -75,10 +77,11 @@ def _grouped_cases(shapes: Sequence[GroupedShape], skewed: bool) -> List[tuple]:
 def run_grouped(shapes: Sequence[GroupedShape] = GROUPED_SEED_SHAPES, impls: Sequence[str] = IMPL_NAMES,
                 reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, *, skewed: bool = True, seed: int = 0,
                 progress: Optional[ProgressFn] = None, device="cuda", flush_bytes: int = L2_FLUSH_BYTES,
-                rows: Optional[List[dict]] = None) -> List[dict]:
+                rows: Optional[List[dict]] = None, rates: Optional[MachineRates] = None) -> List[dict]:
     """Both grouped layouts, our dense kernel on one group's shape, a per-group loop of our dense
-    kernel, DeepGEMM's k-grouped call and a per-group loop of cuBLAS, on each (G, M, N, K); then (if `skewed`) the Zipf-split MoE case. Rows are
-    appended to `rows` (if given) as in `run_dense`."""
+    kernel, DeepGEMM's k-grouped call and a per-group loop of cuBLAS, on each (G, M, N, K); then (if
+    `skewed`) the Zipf-split MoE case. Rows are appended to `rows` (if given) and get their bound from
+    `rates` (if given) as in `run_dense`."""
     device = torch.device(device)
     progress = progress or silent
     flush = flush_buffer(device, flush_bytes)
@@ -105,7 +108,7 @@ def run_grouped(shapes: Sequence[GroupedShape] = GROUPED_SEED_SHAPES, impls: Seq
         check0 = lambda after, before, p=problem: relative_error(after, before, p.refs[0])  # noqa: E731
         checks = lambda impl: check0 if impl.name == GROUP_DENSE_IMPL else check  # noqa: E731
         case_rows = measure_all(chosen, problem, checks, label, dims, kind, reps, warmup, flush, progress,
-                                rows, group_sizes=list(ks))
+                                rows, rates, group_sizes=list(ks))
         fill_ratios(case_rows, "cublas-loop", "vs_cublas", dense_ref=GROUP_DENSE_IMPL if kind == "grouped"
                     else None)
         fill_ratios(case_rows, DEEPGEMM_GROUPED, "vs_deepgemm")
@@ -197,18 +200,23 @@ class GemmRun(SuiteRun):
         self.wanted = bool(self.dense or self.grouped or self.skewed)
         self.dense_rows: List[dict] = []
         self.grouped_rows: List[dict] = []
+        self.rates: Optional[MachineRates] = None
 
     def run(self, args: argparse.Namespace, progress: ProgressFn) -> None:
+        # Once, before any row, on the GPU the rows run on: every row's bound is a same-run figure.
+        self.rates = measure_rates(progress=progress)
         if self.dense:
             run_dense(self.dense, args.impl, args.reps, args.warmup, seed=args.seed, progress=progress,
-                           rows=self.dense_rows)
+                      rows=self.dense_rows, rates=self.rates)
         if self.grouped or self.skewed:
             run_grouped(self.grouped, args.impl, args.reps, args.warmup, skewed=self.skewed, seed=args.seed,
-                             progress=progress, rows=self.grouped_rows)
+                        progress=progress, rows=self.grouped_rows, rates=self.rates)
 
     def report(self) -> List[str]:
         lines: List[str] = []
         dense_rows, grouped_rows = self.dense_rows, self.grouped_rows
+        if self.rates is not None:
+            lines += ["", f"machine rates, measured in this process: {rates_line(self.rates)}"]
         if dense_rows:
             lines += ["", "dense (out += a @ b^T, fp32 out)", dense_table(dense_rows), ""]
             lines += summary_lines(summarize(dense_rows, ("dense",)), "geometric means, dense")
@@ -222,7 +230,8 @@ class GemmRun(SuiteRun):
             if skew_any:
                 lines.append(f"skewed case, any sizes: K per expert {skew_any[0]['group_sizes']} (the same split "
                              f"in exact token counts: contiguous-K only)")
-            lines += summary_lines(summarize(grouped_rows, ("grouped",)), "geometric means, grouped seed shapes")
+            lines += summary_lines(summarize(grouped_rows, ("grouped",)),
+                                   "geometric means, k-grouped shapes (not the skewed cases)")
         if dense_rows or grouped_rows:
             lines += [""] + legend(dense_rows + grouped_rows)
             problems = problem_lines(dense_rows + grouped_rows)
@@ -232,6 +241,7 @@ class GemmRun(SuiteRun):
 
     def json(self):
         return dict(bytes_note=BYTES_NOTE, fp8_max_rel_err=FP8_REL_ERR_MAX, bf16_max_rel_err=BF16_REL_ERR_MAX,
+                    machine_rates=self.rates.json() if self.rates is not None else None,
                     dense=self.dense_rows, grouped=self.grouped_rows,
                     geomean={"dense": summarize(self.dense_rows, ("dense",)),
                              "grouped": summarize(self.grouped_rows, ("grouped",))})

@@ -16,6 +16,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .bound import MachineRates, fill_bound
 from .common import ProgressFn, first_line, gbps, is_cuda_fault, tflops
 from .timing import sync, time_calls
 
@@ -112,7 +113,7 @@ def new_row(kind: str, label: str, dims: Sequence[int], impl: Impl, reps: int) -
     return {"kind": kind, "shape": label, "dims": list(dims), "impl": impl.name, "form": "", "status": "",
             "message": "", "rel_err": None, "max_rel_err": impl.max_rel_err, "ms": None, "ms_min": None,
             "ms_max": None, "reps": reps, "flops": None, "bytes": None, "tflops": None, "gbps": None,
-            "host_us": None}
+            "host_us": None, "bound_ms": None, "pct_bound": None, "binds": None}
 
 
 def progress_line(row: dict) -> str:
@@ -137,8 +138,9 @@ def unbuilt_rows(kind: str, label: str, dims: Sequence[int], impls: Sequence[Imp
 
 
 def measure(impl: Impl, problem, check, label: str, dims: Sequence[int], kind: str, reps: int, warmup: int,
-            flush: Optional[torch.Tensor], progress: ProgressFn) -> dict:
-    """Validates `impl` on `problem` (first correct candidate), then times it: one result row."""
+            flush: Optional[torch.Tensor], progress: ProgressFn, rates: Optional[MachineRates] = None) -> dict:
+    """Validates `impl` on `problem` (first correct candidate), then times it: one result row (with its
+    place under the machine's bound when `rates` are given)."""
     device = problem.device
     row = new_row(kind, label, dims, impl, reps)
     row.update(flops=impl.flops(problem), bytes=impl.bytes_moved(problem))
@@ -154,6 +156,7 @@ def measure(impl: Impl, problem, check, label: str, dims: Sequence[int], kind: s
             ms = statistics.median(times)
             row.update(ms=ms, ms_min=min(times), ms_max=max(times), tflops=tflops(row["flops"], ms),
                        gbps=gbps(row["bytes"], ms), host_us=statistics.median(host_us))
+            fill_bound(row, rates)
     except Exception as exc:
         if is_cuda_fault(exc):
             raise
@@ -164,13 +167,14 @@ def measure(impl: Impl, problem, check, label: str, dims: Sequence[int], kind: s
 
 def measure_all(impls: Sequence[Impl], problem, check_of: Callable[[Impl], Callable], label: str,
                 dims: Sequence[int], kind: str, reps: int, warmup: int, flush: Optional[torch.Tensor],
-                progress: ProgressFn, sink: List[dict], **extra) -> List[dict]:
+                progress: ProgressFn, sink: List[dict], rates: Optional[MachineRates] = None,
+                **extra) -> List[dict]:
     """`measure` of every impl on one shape. A sticky CUDA fault is recorded as a FAIL row and, with
     the rows of this shape so far, put into `sink` before it propagates."""
     out: List[dict] = []
     for impl in impls:
         try:
-            row = measure(impl, problem, check_of(impl), label, dims, kind, reps, warmup, flush, progress)
+            row = measure(impl, problem, check_of(impl), label, dims, kind, reps, warmup, flush, progress, rates)
         except Exception as exc:
             row = new_row(kind, label, dims, impl, reps)
             row.update(status="FAIL", message=f"CUDA fault: {first_line(exc)}", **extra)

@@ -41,23 +41,24 @@ def _check_cell(row: dict, width: int = 60) -> str:
 
 
 def dense_table(rows: Sequence[dict]) -> str:
-    headers = ["shape MxNxK", "impl", "ms", "TFLOPS", "GB/s", "host us", "vs DeepGEMM", "vs cuBLAS", "rel.err",
-               "check"]
-    right = [False, False, True, True, True, True, True, True, True, False]
+    headers = ["shape MxNxK", "impl", "ms", "TFLOPS", "GB/s", "% bound", "binds", "host us", "vs DeepGEMM",
+               "vs cuBLAS", "rel.err", "check"]
+    right = [False, False, True, True, True, True, False, True, True, True, True, False]
     body = [[r["shape"], r["impl"], _num(r["ms"], ".3f"), _num(r["tflops"], ".1f"), _num(r["gbps"], ".0f"),
-             _num(r.get("host_us"), ".1f"), _ratio(r.get("vs_deepgemm")), _ratio(r.get("vs_cublas")),
-             _num(r["rel_err"], ".2e"), _check_cell(r)]
+             _num(r.get("pct_bound"), ".1f"), r.get("binds") or "", _num(r.get("host_us"), ".1f"),
+             _ratio(r.get("vs_deepgemm")), _ratio(r.get("vs_cublas")), _num(r["rel_err"], ".2e"), _check_cell(r)]
             for r in rows]
     return format_table(headers, body, right)
 
 
 def grouped_table(rows: Sequence[dict]) -> str:
-    headers = ["shape GxMxNxK", "impl", "ms", "TFLOPS", "GB/s", "host us", "vs DeepGEMM", "vs cuBLAS loop",
-               "vs dense", "vs dense loop", "rel.err", "check"]
-    right = [False, False, True, True, True, True, True, True, True, True, True, False]
+    headers = ["shape GxMxNxK", "impl", "ms", "TFLOPS", "GB/s", "% bound", "binds", "host us", "vs DeepGEMM",
+               "vs cuBLAS loop", "vs dense", "vs dense loop", "rel.err", "check"]
+    right = [False, False, True, True, True, True, False, True, True, True, True, True, True, False]
     body = [[r["shape"], r["impl"], _num(r["ms"], ".3f"), _num(r["tflops"], ".1f"), _num(r["gbps"], ".0f"),
-             _num(r.get("host_us"), ".1f"), _ratio(r.get("vs_deepgemm")), _ratio(r.get("vs_cublas")),
-             _ratio(r.get("vs_dense")), _ratio(r.get("vs_dense_loop")), _num(r["rel_err"], ".2e"), _check_cell(r)]
+             _num(r.get("pct_bound"), ".1f"), r.get("binds") or "", _num(r.get("host_us"), ".1f"),
+             _ratio(r.get("vs_deepgemm")), _ratio(r.get("vs_cublas")), _ratio(r.get("vs_dense")),
+             _ratio(r.get("vs_dense_loop")), _num(r["rel_err"], ".2e"), _check_cell(r)]
             for r in rows]
     return format_table(headers, body, right)
 
@@ -116,6 +117,10 @@ def legend(rows: Sequence[dict]) -> List[str]:
     lines.append("  TFLOPS = 2*M*N*K / median time. 'vs DeepGEMM', 'vs cuBLAS' = this TFLOPS / that row's on the "
                  "same shape, measured in this process (no figure from another machine or process enters a "
                  "ratio); DeepGEMM is measured only where `import deep_gemm` works.")
+    lines.append("  % bound = 100 * max(FLOPs / tensor-wise FP8 rate, bytes / copy rate) / median time, with both "
+                 "rates measured at the start of this process on this GPU (the 'machine rates' line): "
+                 "torch._scaled_mm with one scale per tensor on 8192^3 e4m3, and a 1 GiB copy_ (read + write); "
+                 "'binds' = the larger term (math or memory). Every row, bf16 too, is held to the FP8 rate.")
     lines.append("  host us = the launching thread's time in one call (perf_counter around it, the GPU not waited "
                  "for; median of --reps calls, each after the GPU's queue drained).")
     return lines
