@@ -119,7 +119,8 @@ def new_row(kind: str, label: str, dims: Sequence[int], impl: Impl, reps: int) -
 def progress_line(row: dict) -> str:
     head = f"  {row['shape']:<24} {row['impl']:<16}"
     if row["ms"] is not None:
-        return (f"{head} {row['ms']:8.3f} ms {row['tflops']:7.1f} TFLOPS  host {row['host_us']:6.1f} us"
+        bound = f"  {row['pct_bound']:5.1f} % of bound" if row.get("pct_bound") is not None else ""
+        return (f"{head} {row['ms']:8.3f} ms {row['tflops']:7.1f} TFLOPS{bound}  host {row['host_us']:6.1f} us"
                 f"  rel.err {row['rel_err']:.2e}  [{row['form']}]")
     return f"{head} {row['status']}: {row['message']}"
 

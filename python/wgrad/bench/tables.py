@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
+from .bound import RATE_COPY_BYTES, RATE_GEMM_SIZE
 from .common import geomean
 from .impls import impl_summaries
 from .problems import BYTES_NOTE
@@ -119,8 +120,9 @@ def legend(rows: Sequence[dict]) -> List[str]:
                  "ratio); DeepGEMM is measured only where `import deep_gemm` works.")
     lines.append("  % bound = 100 * max(FLOPs / tensor-wise FP8 rate, bytes / copy rate) / median time, with both "
                  "rates measured at the start of this process on this GPU (the 'machine rates' line): "
-                 "torch._scaled_mm with one scale per tensor on 8192^3 e4m3, and a 1 GiB copy_ (read + write); "
-                 "'binds' = the larger term (math or memory). Every row, bf16 too, is held to the FP8 rate.")
+                 f"torch._scaled_mm with one scale per tensor on {RATE_GEMM_SIZE}^3 e4m3, and a "
+                 f"{RATE_COPY_BYTES / 2 ** 30:g} GiB copy_ (read + write); 'binds' = the larger term (math or "
+                 "memory). Every row, bf16 too, is held to the FP8 rate.")
     lines.append("  host us = the launching thread's time in one call (perf_counter around it, the GPU not waited "
                  "for; median of --reps calls, each after the GPU's queue drained).")
     return lines
