@@ -6,7 +6,9 @@ Layout:
 - `gemm`: the dense and k-grouped GEMM suites (`run_dense`, `run_grouped`); `impls`: the
   implementations they compare (ours, DeepGEMM where importable, cuBLAS via `torch._scaled_mm`, bf16);
   `problems`: operands, float64 references, FLOPs and bytes; `shapes`: the seed and short-K shapes;
-  `runner`: validate, then time, one implementation into one row; `tables`: the printed tables.
+  `runner`: validate, then time, one implementation into one row; `bound`: the machine's tensor-wise
+  FP8 and copy rates, measured once per process, and each row's % of the bound they set; `tables`: the
+  printed tables.
 - `quant`: the quantization suite (`run_quant_bench`); `layers`: the FP8 layers against bf16 (`run_layers`).
 - `timing`: L2 flush, CUDA-event timing, medians; `common`: small shared helpers.
 
