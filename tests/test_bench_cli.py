@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from helpers import ROOT, package_env
-from wgrad.bench import cli, gemm, quant, shapes, timing
+from wgrad.bench import bound, cli, gemm, quant, shapes, timing
 from wgrad.bench.suite import Suite, SuiteRun
 
 # ------------------------------------------------------------------ parsing --------------------------
@@ -45,7 +45,7 @@ def test_parse_grouped_shape():
 
 def test_parser_defaults_and_repeated_options():
     args = cli.build_parser().parse_args([])
-    assert args.impl == ["ours", "cublas", "bf16"]
+    assert args.impl == ["ours", "deepgemm", "cublas", "bf16"]
     assert args.reps == timing.DEFAULT_REPS == 30 and args.shape is None and args.json is None
     args = cli.build_parser().parse_args(["--shape", "64,32,128", "--shape", "1x2x16", "--impl", "cublas,ours,ours",
                                           "--reps", "7", "--json", "x.json"])
@@ -81,6 +81,17 @@ def test_plan_selects_benchmarks():
     assert p["gemm"].dense == [(64, 32, 128)] and p["gemm"].grouped == list(shapes.GROUPED_SEED_SHAPES)
     p = _plan(["--quant"])
     assert p["gemm"].dense == [] and p["gemm"].grouped == [] and not p["gemm"].wanted and p["quant"].wanted
+
+
+def test_plan_of_the_short_k_set():
+    p = _plan(["--short-k"])
+    assert p["gemm"].dense == list(shapes.SHORT_K_DENSE_SHAPES) and not p["gemm"].skewed
+    assert p["gemm"].grouped == list(shapes.SHORT_K_GROUPED_SHAPES) and not p["quant"].wanted
+    # Added to what else is asked for, each shape once.
+    p = _plan(["--short-k", "--shape", "64,32,128", "--shape", "4096,4096,1024", "--grouped"])
+    assert p["gemm"].dense == [(64, 32, 128), (4096, 4096, 1024), (4096, 4096, 2048)]
+    assert p["gemm"].grouped == list(shapes.GROUPED_SEED_SHAPES) + list(shapes.SHORT_K_GROUPED_SHAPES)
+    assert p["gemm"].skewed
 
 
 def test_module_entry_point_parses_bench_subcommand(capsys):
@@ -140,34 +151,37 @@ def test_module_command_without_gpu_has_no_traceback(module):
     assert proc.stdout == ""
 
 
-def _row(shape, impl, tflops=None, status="ok", message="", anchor=None):
-    row = {"kind": "dense", "shape": shape, "dims": [], "impl": impl, "form": f"{impl}-form", "status": status,
-           "message": message, "rel_err": 1.25e-4 if tflops else None, "ms": 1.0 if tflops else None,
-           "tflops": tflops, "gbps": 3000.0 if tflops else None, "anchor": None, "anchor_tflops": None,
-           "vs_anchor": None}
-    if anchor:
-        row.update(anchor=anchor[0], anchor_tflops=anchor[1], vs_anchor=tflops / anchor[1] if tflops else None)
-    return row
+def _row(shape, impl, tflops=None, status="ok", message=""):
+    return {"kind": "dense", "shape": shape, "dims": [], "impl": impl, "form": f"{impl}-form", "status": status,
+            "message": message, "rel_err": 1.25e-4 if tflops else None, "ms": 1.0 if tflops else None,
+            "tflops": tflops, "gbps": 3000.0 if tflops else None}
+
+
+RATES = bound.MachineRates(1300.0, 3000.0, (8192, 8192, 8192), 1 << 30)
 
 
 def _fake_sm90(monkeypatch, dense_rows=(), grouped_rows=()):
     monkeypatch.setattr(cli, "sm90_problem", lambda: None)
+    monkeypatch.setattr(gemm, "measure_rates", lambda **k: RATES)
     monkeypatch.setattr(gemm, "run_dense", lambda *a, rows, **k: rows.extend(dict(r) for r in dense_rows))
     monkeypatch.setattr(gemm, "run_grouped", lambda *a, rows, **k: rows.extend(dict(r) for r in grouped_rows))
 
 
 def test_cli_report_json_and_exit_status(monkeypatch, capsys, tmp_path):
-    rows = [_row("64x32x128", "ours", 2.0, anchor=("DeepGEMM", 918.0)), _row("64x32x128", "cublas", 1.0),
+    rows = [_row("64x32x128", "ours", 2.0), _row("64x32x128", "cublas", 1.0),
             _row("64x32x128", "bf16", status="n/a", message="RuntimeError: no bf16")]
     _fake_sm90(monkeypatch, dense_rows=rows)
     path = tmp_path / "bench.json"
     assert cli.main(["--shape", "64,32,128", "--json", str(path)]) == 0  # n/a is not a failure
     out = capsys.readouterr().out
     assert "dense (out += a @ b^T, fp32 out)" in out and "geometric means, dense" in out and "not ok:" in out
+    assert ("machine rates, measured in this process: tensor-wise FP8 1300 TFLOPS (8192x8192x8192); "
+            "copy 3000 GB/s") in out
     doc = json.loads(path.read_text())
     assert list(doc) == ["torch", "cuda", "device", "sm_count", "wgrad", "reps", "warmup", "l2_flush_bytes",
-                         "bytes_note", "fp8_max_rel_err", "bf16_max_rel_err", "dense", "grouped", "geomean", "quant",
-                         "quant_unavailable", "layers", "stopped_by", "failed"]
+                         "bytes_note", "fp8_max_rel_err", "bf16_max_rel_err", "machine_rates", "dense", "grouped",
+                         "geomean", "quant", "quant_unavailable", "layers", "stopped_by", "failed"]
+    assert doc["machine_rates"]["fp8_tflops"] == 1300.0 and doc["machine_rates"]["copy_gbps"] == 3000.0
     assert doc["torch"] == torch.__version__ and "device" in doc and doc["failed"] == 0
     assert [r["impl"] for r in doc["dense"]] == ["ours", "cublas", "bf16"] and doc["grouped"] == []
     assert doc["geomean"]["dense"]["ours"]["tflops"] == pytest.approx(2.0)
@@ -249,7 +263,7 @@ def test_quant_rows_are_passed_through(monkeypatch, capsys, tmp_path):
     assert "rowwise" in out and "4100" in out and out.index("kernel") < out.index("rowwise")
     doc = json.loads(path.read_text())
     assert doc["failed"] == 1 and [r["kernel"] for r in doc["quant"]] == ["rowwise", "transposed"]
-    assert doc["dense"] == [] and doc["grouped"] == []
+    assert doc["dense"] == [] and doc["grouped"] == [] and doc["machine_rates"] is None  # no GEMM, no rates
 
 
 # ------------------------------------------------------------------ the suite registry ---------------

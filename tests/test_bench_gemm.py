@@ -1,44 +1,41 @@
-"""CPU tests of the GEMM suites of the benchmark (wgrad.bench.gemm and what it builds on): the shape and
-anchor registry, the FLOP/byte math, the problems and their references, the accuracy gate, the timer, the
-cuBLAS argument layout, and the runner end to end on the CPU (where our ops run their reference kernels
-and cuBLAS is unavailable)."""
+"""CPU tests of the GEMM suites of the benchmark (wgrad.bench.gemm and what it builds on): the shape
+registry, the FLOP/byte math, the problems and their references, the accuracy gate, the timer, the cuBLAS
+and DeepGEMM argument layouts, and the runner end to end on the CPU (where our ops run their reference
+kernels, cuBLAS is unavailable and DeepGEMM is a fake module of the test)."""
 
 from __future__ import annotations
 
+import sys
 import types
 
 import pytest
 import torch
 
 from wgrad import reference
-from wgrad.bench import common, gemm, impls, problems, runner, shapes, timing
+from wgrad.bench import bound, common, gemm, impls, problems, runner, shapes, timing
 from wgrad.scales import is_mn_major, k_block_capacity, num_k_blocks
 
 CPU = torch.device("cpu")
 
 
-# ------------------------------------------------------------------ registry and anchors -------------
+# ------------------------------------------------------------------ registry ------------------------
 
 
-def test_seed_shapes_and_anchor_tables_agree():
+def test_seed_shapes():
     assert len(shapes.DENSE_SEED_SHAPES) == 12 and len(set(shapes.DENSE_SEED_SHAPES)) == 12
-    assert set(shapes.DENSE_ANCHORS_TFLOPS) == set(shapes.DENSE_SEED_SHAPES)
-    assert all(set(v) == {"deepgemm", "cutlass", "cublas", "bf16"} for v in shapes.DENSE_ANCHORS_TFLOPS.values())
-    assert len(shapes.GROUPED_SEED_SHAPES) == 6
-    assert set(shapes.GROUPED_ANCHORS_TFLOPS) == set(shapes.GROUPED_SEED_SHAPES)
+    assert len(shapes.GROUPED_SEED_SHAPES) == 6 and len(set(shapes.GROUPED_SEED_SHAPES)) == 6
     # K (tokens) of the seeds is 4096 or 8192; the grouped ones share the DeepSeek-V3 (M, N) pairs.
     assert {k for _, _, k in shapes.DENSE_SEED_SHAPES} == {4096, 8192}
     assert {(m, n) for _, m, n, _ in shapes.GROUPED_SEED_SHAPES} == {(7168, 4096), (2048, 7168)}
 
 
-def test_anchor_numbers_reproduce_the_published_geomeans():
-    # The published geomeans over the twelve shapes: a transcription error shows here.
-    expected = {"deepgemm": 986, "cutlass": 841, "cublas": 738, "bf16": 690}
-    for key, value in expected.items():
-        gm = common.geomean(v[key] for v in shapes.DENSE_ANCHORS_TFLOPS.values())
-        assert abs(gm - value) < 0.6, (key, gm)
-    assert [shapes.GROUPED_ANCHORS_TFLOPS[s]["deepgemm"] for s in shapes.GROUPED_SEED_SHAPES] == [
-        975, 949, 969, 1033, 980, 951]
+def test_short_k_set():
+    assert shapes.SHORT_K_DENSE_SHAPES == ((4096, 4096, 1024), (4096, 4096, 2048))
+    assert shapes.SHORT_K_GROUPED_SHAPES == ((16, 4096, 7168, 1024), (16, 7168, 2048, 1024),
+                                             (64, 4096, 7168, 256), (64, 7168, 2048, 256))
+    # One training step's 16384 tokens spread over the experts: K per group a multiple of 128 (every
+    # comparator takes it).
+    assert all(g * k == 16384 and k % 128 == 0 for g, _, _, k in shapes.SHORT_K_GROUPED_SHAPES)
 
 
 # ------------------------------------------------------------------ math -----------------------------
@@ -229,9 +226,11 @@ def test_time_calls_flushes_before_every_call_and_counts():
         seen.append(int(flush.sum()))
         flush.fill_(1)
 
-    times = timing.time_calls(fn, reps=4, warmup=2, flush=flush, device=CPU)
+    host_us = []
+    times = timing.time_calls(fn, reps=4, warmup=2, flush=flush, device=CPU, host_us=host_us)
     assert len(times) == 4 and all(t >= 0 for t in times)
     assert seen == [64, 64, 0, 0, 0, 0]  # the 2 warm-up calls are not flushed; every timed one is
+    assert host_us == pytest.approx([t * 1e3 for t in times])  # on a CPU the host time is the call's time
 
 
 # ------------------------------------------------------------------ cuBLAS argument layout -----------
@@ -261,6 +260,177 @@ def test_cublas_call_forms_are_tried_in_order():
     assert forms[0].startswith("torch._scaled_mm") and forms[1].startswith("F.scaled_mm")
 
 
+# ------------------------------------------------------------------ the machine's bound --------------
+
+
+def test_machine_rates_are_measured_the_same_way_on_a_cpu():
+    rates = bound.measure_rates("cpu", gemm_size=64, copy_bytes=1 << 16, reps=2, warmup=1, flush_bytes=1 << 12)
+    assert rates.complete() and rates.fp8_tflops > 0 and rates.copy_gbps > 0
+    assert rates.fp8_shape == (64, 64, 64) and rates.copy_bytes == 1 << 16 and not rates.fp8_message
+    doc = rates.json()
+    assert doc["fp8_tflops"] == rates.fp8_tflops and "_scaled_mm" in doc["fp8_form"] and "copy_" in doc["copy_form"]
+    assert "TFLOPS (64x64x64)" in bound.rates_line(rates) and "GB/s" in bound.rates_line(rates)
+
+
+def test_a_rate_that_cannot_be_measured_is_a_reason_not_an_error(monkeypatch):
+    def no_fp8(*args):
+        raise RuntimeError("_scaled_mm: tensor-wise FP8 needs an SM89+ GPU\nmore")
+
+    monkeypatch.setattr(bound, "fp8_rate_tflops", no_fp8)
+    rates = bound.measure_rates("cpu", gemm_size=16, copy_bytes=1 << 12, reps=1, warmup=0, flush_bytes=0)
+    assert rates.fp8_tflops is None and rates.copy_gbps > 0 and not rates.complete()
+    assert rates.fp8_message == "RuntimeError: _scaled_mm: tensor-wise FP8 needs an SM89+ GPU"
+    assert "not measured (RuntimeError" in bound.rates_line(rates)
+    row = {"ms": 1.0, "flops": 10, "bytes": 10, "bound_ms": None, "pct_bound": None, "binds": None}
+    bound.fill_bound(row, rates)
+    assert row["pct_bound"] is None and row["binds"] is None
+
+
+def _rates(tflops=1000.0, gbps=2000.0):
+    return bound.MachineRates(tflops, gbps, (8192, 8192, 8192), 1 << 30)
+
+
+def test_bound_is_the_slower_of_math_and_memory():
+    math_row = {"ms": 4.0, "flops": 2e12, "bytes": 1e9}  # 2 ms of math, 0.5 ms of bytes
+    bound.fill_bound(math_row, _rates())
+    assert math_row["bound_ms"] == pytest.approx(2.0) and math_row["pct_bound"] == pytest.approx(50.0)
+    assert math_row["binds"] == "math"
+    memory_row = {"ms": 1.0, "flops": 2e11, "bytes": 1.6e9}  # 0.2 ms of math, 0.8 ms of bytes
+    bound.fill_bound(memory_row, _rates())
+    assert memory_row["bound_ms"] == pytest.approx(0.8) and memory_row["pct_bound"] == pytest.approx(80.0)
+    assert memory_row["binds"] == "memory"
+    untimed, no_rates = {"ms": None, "flops": 2e12, "bytes": 1e9}, {"ms": 1.0, "flops": 2e12, "bytes": 1e9}
+    bound.fill_bound(untimed, _rates())
+    bound.fill_bound(no_rates, None)
+    assert "pct_bound" not in untimed and "pct_bound" not in no_rates
+
+
+def test_timed_rows_get_their_bound_from_the_rates():
+    rates = _rates(tflops=1e-3, gbps=1e-3)  # a machine this slow makes any CPU time look fast
+    rows = gemm.run_dense([(32, 16, 256)], impls=["ours", "cublas"], reps=2, warmup=0, device="cpu",
+                          flush_bytes=0, rates=rates)
+    ours, cublas = rows
+    expected = max(ours["flops"] / 1e9 * 1e3, ours["bytes"] / 1e6 * 1e3)
+    assert ours["bound_ms"] == pytest.approx(expected)
+    assert ours["pct_bound"] == pytest.approx(100 * expected / ours["ms"])
+    assert ours["binds"] == ("math" if ours["flops"] / 1e9 >= ours["bytes"] / 1e6 else "memory")
+    assert cublas["status"] == "n/a" and cublas["pct_bound"] is None and cublas["binds"] is None
+    grouped = gemm.run_grouped([(2, 24, 16, 128)], impls=["ours"], reps=1, warmup=0, device="cpu", flush_bytes=0,
+                               skewed=False, rates=rates)
+    assert all(r["pct_bound"] is not None for r in grouped)
+    assert gemm.run_dense([(32, 16, 256)], impls=["ours"], reps=1, warmup=0, device="cpu",
+                          flush_bytes=0)[0]["pct_bound"] is None  # no rates given: no bound
+
+
+# ------------------------------------------------------------------ DeepGEMM argument layout ---------
+
+
+class FakeDeepGemm(types.ModuleType):
+    """A stand-in for `deep_gemm` with DeepGEMM 04278f6's two calls: records what it receives and
+    accumulates the float64 product of what it is given (so a wrongly laid-out argument fails the check)."""
+
+    def __init__(self):
+        super().__init__("deep_gemm")
+        self.calls = []
+
+    def wgrad_gemm_fp8_fp8_fp32_nt(self, lhs, rhs, out):
+        (a, sa_km), (b, sb_km) = lhs, rhs
+        self.calls.append(("dense", a, sa_km, b, sb_km, out))
+        out += reference.wgrad_gemm_reference(a, sa_km.t(), b, sb_km.t()).float()
+
+    def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(self, lhs, rhs, out, ks):
+        (a, sa_km), (b, sb_km) = lhs, rhs
+        self.calls.append(("grouped", a, sa_km, b, sb_km, out, ks))
+        _, m, n = out.shape
+        ao = bo = so = 0
+        for g, k in enumerate(ks):  # DeepGEMM's own walk over the packed layout
+            kb = num_k_blocks(k)
+            out[g] += reference.wgrad_gemm_reference(a[ao:ao + m * k].view(m, k), sa_km[so:so + kb].t(),
+                                                     b[bo:bo + n * k].view(n, k), sb_km[so:so + kb].t()).float()
+            ao, bo, so = ao + m * k, bo + n * k, so + kb
+
+
+@pytest.fixture
+def fake_deep_gemm(monkeypatch):
+    fake = FakeDeepGemm()
+    monkeypatch.setitem(sys.modules, "deep_gemm", fake)
+    return fake
+
+
+def test_deepgemm_scales_are_ours_transposed_and_contiguous():
+    gen = torch.Generator().manual_seed(0)
+    s = problems.random_scales(64, 3, CPU, gen)  # ld == 64: the transpose is already contiguous
+    km = impls.deepgemm_scales(s)
+    assert km.shape == (3, 64) and km.is_contiguous() and torch.equal(km, s.t())
+    assert km.data_ptr() == s.data_ptr()  # a view: nothing copied
+    s = problems.random_scales(6, 3, CPU, gen)  # ld == 8: a copy with exactly M columns
+    km = impls.deepgemm_scales(s)
+    assert km.shape == (3, 6) and km.is_contiguous() and torch.equal(km, s.t()) and km.data_ptr() != s.data_ptr()
+
+
+def test_deepgemm_rows_are_na_with_the_import_error_without_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "deep_gemm", None)  # `import deep_gemm` raises, whatever is installed
+    rows = gemm.run_dense([(32, 16, 256)], impls=["deepgemm"], reps=1, warmup=0, device="cpu", flush_bytes=0)
+    (row,) = rows
+    assert row["impl"] == "deepgemm" and row["status"] == "n/a" and row["ms"] is None
+    assert row["message"].startswith(("ImportError", "ModuleNotFoundError")) and "deep_gemm" in row["message"]
+    rows = gemm.run_grouped([(2, 32, 16, 128)], impls=["deepgemm"], reps=1, warmup=0, device="cpu",
+                            flush_bytes=0, skewed=False)
+    assert [(r["impl"], r["status"]) for r in rows] == [("deepgemm-packed", "n/a")]
+    assert "deep_gemm" in rows[0]["message"]
+
+
+def test_deepgemm_dense_gets_our_operands_and_transposed_scales(fake_deep_gemm):
+    p = problems.make_dense_problem(64, 32, 384, CPU, seed=2)
+    (impl,) = [i for i in impls.DENSE_IMPLS if i.name == "deepgemm"]
+    check = lambda after, before: problems.relative_error(after, before, p.ref)  # noqa: E731
+    row = runner.measure(impl, p, check, "64x32x384", (64, 32, 384), "dense", 2, 0, None, common.silent)
+    assert row["status"] == "ok" and row["rel_err"] < 1e-6 and row["form"].startswith("deep_gemm.wgrad_gemm")
+    kind, a, sa_km, b, sb_km, out = fake_deep_gemm.calls[0]
+    assert a is p.a and b is p.b and out.shape == (64, 32) and out.dtype == torch.float32
+    assert sa_km.shape == (3, 64) and sb_km.shape == (3, 32) and sa_km.is_contiguous() and sb_km.is_contiguous()
+    assert torch.equal(sa_km, p.sa.t()) and torch.equal(sb_km, p.sb.t())
+    assert len(fake_deep_gemm.calls) == 1 + 2  # the check, then the timed calls; the scales made once
+    assert all(c[2] is sa_km for c in fake_deep_gemm.calls)
+
+
+def test_deepgemm_grouped_gets_the_packed_layout(fake_deep_gemm):
+    ks = [256, 128, 384]
+    rows = gemm.run_grouped([(3, 24, 40, 128)], impls=["deepgemm", "ours"], reps=1, warmup=0, device="cpu",
+                            flush_bytes=0, skewed=False)
+    by = {r["impl"]: r for r in rows}
+    assert by["deepgemm-packed"]["status"] == "ok" and by["deepgemm-packed"]["rel_err"] < 1e-6
+    assert by["ours-packed"]["vs_deepgemm"] == pytest.approx(by["ours-packed"]["tflops"]
+                                                             / by["deepgemm-packed"]["tflops"])
+    _, a, sa_km, b, sb_km, out, got_ks = fake_deep_gemm.calls[0]
+    assert got_ks == [128, 128, 128] and a.shape == (24 * 384,) and b.shape == (40 * 384,)
+    assert sa_km.shape == (3, 24) and sb_km.shape == (3, 40) and sa_km.is_contiguous() and out.shape == (3, 24, 40)
+    # Unequal groups: the scales' rows follow the groups, ceil(K_g / 128) each.
+    p = problems.make_grouped_problem(24, 40, ks, CPU, seed=5)
+    (impl,) = [i for i in impls.GROUPED_IMPLS if i.name == "deepgemm-packed"]
+    check = lambda after, before: problems.grouped_relative_error(after, before, p.refs)  # noqa: E731
+    row = runner.measure(impl, p, check, "s", [3, 24, 40, sum(ks)], "grouped", 1, 0, None, common.silent)
+    assert row["status"] == "ok" and row["rel_err"] < 1e-6
+    _, a, sa_km, _, _, _, got_ks = fake_deep_gemm.calls[-1]
+    assert a is p.a_packed and got_ks == ks and torch.equal(sa_km, p.sa_packed.t()) and sa_km.shape == (6, 24)
+
+
+@pytest.mark.parametrize("kind,dims,ks,reason", [
+    ("dense", (30, 32, 256), None, "multiples of 4, got M=30, N=32"),
+    ("grouped", (24, 40), [144, 128], "positive multiple of 128, got [144, 128]"),
+    ("grouped", (24, 40), [128, 0], "positive multiple of 128, got [128, 0]"),
+])
+def test_deepgemm_shapes_it_does_not_take_are_na(fake_deep_gemm, kind, dims, ks, reason):
+    if kind == "dense":
+        p = problems.make_dense_problem(*dims, CPU, seed=0)
+        (impl,) = [i for i in impls.DENSE_IMPLS if i.name == "deepgemm"]
+    else:
+        p = problems.make_grouped_problem(*dims, ks, CPU, seed=0)
+        (impl,) = [i for i in impls.GROUPED_IMPLS if i.name == "deepgemm-packed"]
+    row = runner.measure(impl, p, lambda after, before: 0.0, "s", [1], kind, 1, 0, None, common.silent)
+    assert row["status"] == "n/a" and reason in row["message"] and not fake_deep_gemm.calls
+
+
 # ------------------------------------------------------------------ the runner end to end (CPU) ------
 
 
@@ -280,7 +450,8 @@ def test_run_dense_on_cpu_ours():
     rows = gemm.run_dense([(33, 20, 144)], impls=["ours"], reps=2, warmup=1, device="cpu", flush_bytes=1 << 16)
     (row,) = rows
     assert row["status"] == "ok" and row["rel_err"] < 1e-6 and row["form"] == "wgrad.wgrad_gemm_fp8_fp8_fp32_nt"
-    assert row["bytes"] == problems.fp8_bytes(33, 20, 144) and row["anchor_tflops"] is None
+    assert row["bytes"] == problems.fp8_bytes(33, 20, 144) and "vs_deepgemm" not in row
+    assert row["host_us"] > 0 and row["host_us"] == pytest.approx(row["ms"] * 1e3)
 
 
 def test_run_grouped_on_cpu(monkeypatch):
@@ -326,7 +497,7 @@ def test_a_cuda_fault_keeps_the_rows_measured_before_it():
     sink = [{"impl": "earlier shape"}]
     with pytest.raises(RuntimeError, match="illegal memory access"):
         runner.measure_all(impl_list, problem, lambda impl: (lambda after, before: 0.0), "s", [1], "dense", 2, 0,
-                           None, common.silent, None, sink, group_sizes=[1])
+                           None, common.silent, sink, group_sizes=[1])
     assert [r["impl"] for r in sink] == ["earlier shape", "good", "bad"]
     assert sink[1]["status"] == "ok" and sink[1]["tflops"] > 0 and sink[1]["group_sizes"] == [1]
     assert sink[2]["status"] == "FAIL" and "illegal memory access" in sink[2]["message"]
@@ -340,7 +511,7 @@ def test_an_ordinary_impl_error_is_a_row_not_a_crash():
 
     rows = runner.measure_all([_fake_impl("ours", broken), _fake_impl("cublas", broken, required=False)], problem,
                               lambda impl: (lambda after, before: 0.0), "s", [1], "dense", 2, 0, None,
-                              common.silent, None, [])
+                              common.silent, [])
     assert [(r["status"], r["message"]) for r in rows] == [
         ("FAIL", "NotImplementedError: wgrad_gemm_fp8_fp8_fp32_nt: no CUDA kernel yet"),
         ("n/a", "NotImplementedError: wgrad_gemm_fp8_fp8_fp32_nt: no CUDA kernel yet")]

@@ -25,7 +25,8 @@ SUITES: List[Suite] = [gemm.SUITE, quant.SUITE, layers.SUITE]
 
 DESCRIPTION = """\
 Validate, then time, wgrad's FP8 1x128-scaled weight-gradient GEMMs (out += a @ b^T, fp32 out) against
-cuBLAS (torch._scaled_mm with 1x128 scales + out.add_) and a bf16 GEMM into fp32, on an SM90 GPU.
+DeepGEMM (where `import deep_gemm` works), cuBLAS (torch._scaled_mm with 1x128 scales + out.add_) and a
+bf16 GEMM into fp32, on an SM90 GPU, all in one process: every ratio is between rows of the same run.
 Default: the 12 dense DeepSeek-V3 seed shapes (docs/performance.md)."""
 
 EPILOG = """\
@@ -36,9 +37,10 @@ L2 flushed (256 MiB zeroed) before each call. Exit status 2: no SM90 GPU, or bad
 
 examples:
   python -m wgrad bench
-  python -m wgrad bench --shape 4096,4096,8192 --impl ours,cublas --json bench.json
+  python -m wgrad bench --shape 4096,4096,8192 --impl ours,deepgemm --json bench.json
   python -m wgrad bench --grouped
   python -m wgrad bench --grouped-shape 16,2048,7168,1024 --reps 50
+  python -m wgrad bench --short-k
   python -m wgrad bench --quant
   python -m wgrad bench --layers"""
 

@@ -1,4 +1,4 @@
-"""The GEMM suites: dense and k-grouped weight-gradient GEMMs, ours against cuBLAS and bf16.
+"""The GEMM suites: dense and k-grouped weight-gradient GEMMs, ours against DeepGEMM, cuBLAS and bf16.
 
 `run_dense` and `run_grouped` validate then time every selected implementation on every shape (see
 `runner`); `SUITE` is their part of `python -m wgrad bench`: options, plan, tables and JSON keys.
@@ -12,11 +12,13 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from . import shapes as _shapes
+from .bound import MachineRates, measure_rates, rates_line
 from .common import ProgressFn, format_shape, is_cuda_fault, silent
-from .impls import DENSE_IMPLS, GROUP_DENSE_IMPL, GROUPED_IMPLS, IMPL_NAMES, group_dense_impl
+from .impls import (DEEPGEMM, DEEPGEMM_GROUPED, DENSE_IMPLS, GROUP_DENSE_IMPL, GROUPED_IMPLS, IMPL_NAMES,
+                    group_dense_impl)
 from .problems import BYTES_NOTE, grouped_relative_error, make_dense_problem, make_grouped_problem, relative_error
 from .runner import BF16_REL_ERR_MAX, FP8_REL_ERR_MAX, fill_ratios, measure_all, unbuilt_rows
-from .shapes import (DENSE_ANCHORS_TFLOPS, DENSE_SEED_SHAPES, GROUPED_ANCHORS_TFLOPS, GROUPED_SEED_SHAPES,
+from .shapes import (DENSE_SEED_SHAPES, GROUPED_SEED_SHAPES, SHORT_K_DENSE_SHAPES, SHORT_K_GROUPED_SHAPES,
                      DenseShape, GroupedShape)
 from .suite import Suite, SuiteRun
 from .tables import dense_table, grouped_table, legend, problem_lines, summarize, summary_lines
@@ -26,9 +28,10 @@ from .timing import DEFAULT_REPS, DEFAULT_WARMUP, L2_FLUSH_BYTES, flush_buffer, 
 def run_dense(shapes: Sequence[DenseShape] = DENSE_SEED_SHAPES, impls: Sequence[str] = IMPL_NAMES,
               reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, *, seed: int = 0,
               progress: Optional[ProgressFn] = None, device="cuda", flush_bytes: int = L2_FLUSH_BYTES,
-              rows: Optional[List[dict]] = None) -> List[dict]:
+              rows: Optional[List[dict]] = None, rates: Optional[MachineRates] = None) -> List[dict]:
     """Validates then times each implementation on each (M, N, K); one dict per (shape, impl), appended
-    to `rows` (if given) as each shape completes, so that they survive a CUDA fault that stops the run."""
+    to `rows` (if given) as each shape completes, so that they survive a CUDA fault that stops the run.
+    With `rates` (`bound.measure_rates` on the same device), every timed row gets its bound."""
     device = torch.device(device)
     progress = progress or silent
     chosen = [impl for impl in DENSE_IMPLS if impl.name in impls]
@@ -46,10 +49,10 @@ def run_dense(shapes: Sequence[DenseShape] = DENSE_SEED_SHAPES, impls: Sequence[
             free_cached(device)
             continue
         check = lambda after, before, p=problem: relative_error(after, before, p.ref)  # noqa: E731
-        anchors = DENSE_ANCHORS_TFLOPS.get((m, n, k))
         shape_rows = measure_all(chosen, problem, lambda impl: check, label, (m, n, k), "dense", reps, warmup,
-                                 flush, progress, anchors, rows)
+                                 flush, progress, rows, rates)
         fill_ratios(shape_rows, "cublas", "vs_cublas")
+        fill_ratios(shape_rows, DEEPGEMM, "vs_deepgemm")
         rows.extend(shape_rows)
         del problem, check
         free_cached(device)
@@ -74,10 +77,11 @@ def _grouped_cases(shapes: Sequence[GroupedShape], skewed: bool) -> List[tuple]:
 def run_grouped(shapes: Sequence[GroupedShape] = GROUPED_SEED_SHAPES, impls: Sequence[str] = IMPL_NAMES,
                 reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, *, skewed: bool = True, seed: int = 0,
                 progress: Optional[ProgressFn] = None, device="cuda", flush_bytes: int = L2_FLUSH_BYTES,
-                rows: Optional[List[dict]] = None) -> List[dict]:
+                rows: Optional[List[dict]] = None, rates: Optional[MachineRates] = None) -> List[dict]:
     """Both grouped layouts, our dense kernel on one group's shape, a per-group loop of our dense
-    kernel and of cuBLAS, on each (G, M, N, K); then (if `skewed`) the Zipf-split MoE case. Rows are
-    appended to `rows` (if given) as in `run_dense`."""
+    kernel, DeepGEMM's k-grouped call and a per-group loop of cuBLAS, on each (G, M, N, K); then (if
+    `skewed`) the Zipf-split MoE case. Rows are appended to `rows` (if given) and get their bound from
+    `rates` (if given) as in `run_dense`."""
     device = torch.device(device)
     progress = progress or silent
     flush = flush_buffer(device, flush_bytes)
@@ -102,12 +106,12 @@ def run_grouped(shapes: Sequence[GroupedShape] = GROUPED_SEED_SHAPES, impls: Seq
             continue
         check = lambda after, before, p=problem: grouped_relative_error(after, before, p.refs)  # noqa: E731
         check0 = lambda after, before, p=problem: relative_error(after, before, p.refs[0])  # noqa: E731
-        anchors = GROUPED_ANCHORS_TFLOPS.get(tuple(dims)) if kind == "grouped" else None
         checks = lambda impl: check0 if impl.name == GROUP_DENSE_IMPL else check  # noqa: E731
         case_rows = measure_all(chosen, problem, checks, label, dims, kind, reps, warmup, flush, progress,
-                                anchors, rows, group_sizes=list(ks))
+                                rows, rates, group_sizes=list(ks))
         fill_ratios(case_rows, "cublas-loop", "vs_cublas", dense_ref=GROUP_DENSE_IMPL if kind == "grouped"
                     else None)
+        fill_ratios(case_rows, DEEPGEMM_GROUPED, "vs_deepgemm")
         if kind == "skewed":
             fill_ratios(case_rows, "ours-dense-loop", "vs_dense_loop")
         rows.extend(case_rows)
@@ -167,12 +171,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the 6 k-grouped seed shapes in both layouts, plus the skewed 8-expert case")
     parser.add_argument("--grouped-shape", metavar="G,M,N,K", type=parse_grouped_shape, action="append",
                         default=None, help="a k-grouped shape, K tokens per group (repeatable)")
+    parser.add_argument("--short-k", action="store_true",
+                        help="the short-K / many-groups set: dense 4096x4096 at K = 1024, 2048; k-grouped "
+                             "4096x7168 and 7168x2048 with 16 experts x 1024 tokens and 64 x 256 "
+                             "(added to the other shapes given)")
     parser.add_argument("--impl", metavar="NAMES", type=parse_impls, default=list(IMPL_NAMES),
                         help=f"comma-separated subset of {','.join(IMPL_NAMES)} (default: all)")
 
 
 def _asked(args: argparse.Namespace) -> bool:
-    return bool(args.shape or args.dense or args.grouped or args.grouped_shape)
+    return bool(args.shape or args.dense or args.grouped or args.grouped_shape or args.short_k)
 
 
 class GemmRun(SuiteRun):
@@ -185,22 +193,30 @@ class GemmRun(SuiteRun):
         self.grouped: List[GroupedShape] = list(args.grouped_shape or [])
         if args.grouped and not args.grouped_shape:
             self.grouped = list(GROUPED_SEED_SHAPES)
+        if args.short_k:
+            self.dense += [s for s in SHORT_K_DENSE_SHAPES if s not in self.dense]
+            self.grouped += [s for s in SHORT_K_GROUPED_SHAPES if s not in self.grouped]
         self.skewed: bool = args.grouped
         self.wanted = bool(self.dense or self.grouped or self.skewed)
         self.dense_rows: List[dict] = []
         self.grouped_rows: List[dict] = []
+        self.rates: Optional[MachineRates] = None
 
     def run(self, args: argparse.Namespace, progress: ProgressFn) -> None:
+        # Once, before any row, on the GPU the rows run on: every row's bound is a same-run figure.
+        self.rates = measure_rates(progress=progress)
         if self.dense:
             run_dense(self.dense, args.impl, args.reps, args.warmup, seed=args.seed, progress=progress,
-                           rows=self.dense_rows)
+                      rows=self.dense_rows, rates=self.rates)
         if self.grouped or self.skewed:
             run_grouped(self.grouped, args.impl, args.reps, args.warmup, skewed=self.skewed, seed=args.seed,
-                             progress=progress, rows=self.grouped_rows)
+                        progress=progress, rows=self.grouped_rows, rates=self.rates)
 
     def report(self) -> List[str]:
         lines: List[str] = []
         dense_rows, grouped_rows = self.dense_rows, self.grouped_rows
+        if self.rates is not None:
+            lines += ["", f"machine rates, measured in this process: {rates_line(self.rates)}"]
         if dense_rows:
             lines += ["", "dense (out += a @ b^T, fp32 out)", dense_table(dense_rows), ""]
             lines += summary_lines(summarize(dense_rows, ("dense",)), "geometric means, dense")
@@ -214,7 +230,8 @@ class GemmRun(SuiteRun):
             if skew_any:
                 lines.append(f"skewed case, any sizes: K per expert {skew_any[0]['group_sizes']} (the same split "
                              f"in exact token counts: contiguous-K only)")
-            lines += summary_lines(summarize(grouped_rows, ("grouped",)), "geometric means, grouped seed shapes")
+            lines += summary_lines(summarize(grouped_rows, ("grouped",)),
+                                   "geometric means, k-grouped shapes (not the skewed cases)")
         if dense_rows or grouped_rows:
             lines += [""] + legend(dense_rows + grouped_rows)
             problems = problem_lines(dense_rows + grouped_rows)
@@ -224,6 +241,7 @@ class GemmRun(SuiteRun):
 
     def json(self):
         return dict(bytes_note=BYTES_NOTE, fp8_max_rel_err=FP8_REL_ERR_MAX, bf16_max_rel_err=BF16_REL_ERR_MAX,
+                    machine_rates=self.rates.json() if self.rates is not None else None,
                     dense=self.dense_rows, grouped=self.grouped_rows,
                     geomean={"dense": summarize(self.dense_rows, ("dense",)),
                              "grouped": summarize(self.grouped_rows, ("grouped",))})

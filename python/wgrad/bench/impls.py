@@ -9,6 +9,10 @@
   `torch.nn.functional.scaled_mm` (`_scaled_mm_v2`, torch >= 2.10) takes scale_b as `[N, K/128]`
   with strides `(1, N)` and explicit `ScalingType.BlockWise1x128` recipes; it is tried second.
 - `bf16`: the dequantized operands in bf16, product accumulated into fp32 by cuBLAS.
+- `deepgemm`: DeepGEMM's weight-gradient GEMMs (commit 04278f6), a comparator measured in the same
+  process, used only where `import deep_gemm` works (else its rows are n/a, with the import error). It
+  takes each operand's scales as one contiguous `[K blocks, MN]` tensor (the transpose of ours); its
+  k-grouped call is a host loop of its dense kernel over the packed layout (ours, the same bytes).
 """
 
 from __future__ import annotations
@@ -127,18 +131,63 @@ def _dense_bf16(p: DenseProblem) -> List[Candidate]:
             Candidate("out.add_(torch.mm(a16, b16.t()))  [bf16 product]", mm_bf16_add)]
 
 
+# ------------------------------------------------------------------ DeepGEMM (comparator) ------------
+
+# Row names of DeepGEMM's dense and k-grouped calls: the baselines of the "vs DeepGEMM" column.
+DEEPGEMM = "deepgemm"
+DEEPGEMM_GROUPED = "deepgemm-packed"
+# DeepGEMM 04278f6's k-grouped GEMM takes only groups of a positive multiple of 128 tokens.
+DEEPGEMM_K_MULTIPLE = 128
+# It takes [K blocks, MN] scales as they are only when MN is TMA-aligned (other layouts it copies on every
+# call, inside the timed interval).
+DEEPGEMM_MN_MULTIPLE = 4
+
+
+def deep_gemm_module():
+    """DeepGEMM's Python module. Raises the import error when it is not importable (its rows are then
+    n/a with that reason: DeepGEMM is a comparator, not a dependency)."""
+    import deep_gemm
+
+    return deep_gemm
+
+
+def deepgemm_scales(s: torch.Tensor) -> torch.Tensor:
+    """Our [mn, kb] MN-major scales as DeepGEMM takes them: [kb, mn] contiguous. A view when our
+    leading dimension is exactly mn (mn a multiple of 4), else a copy (made at setup, never timed)."""
+    return s.t().contiguous()
+
+
+def _deepgemm_mn_check(m: int, n: int) -> None:
+    if m % DEEPGEMM_MN_MULTIPLE or n % DEEPGEMM_MN_MULTIPLE:
+        raise ValueError(f"DeepGEMM takes [K/128, MN] scales without a per-call copy only with M and N "
+                         f"multiples of {DEEPGEMM_MN_MULTIPLE}, got M={m}, N={n}")
+
+
+def _dense_deepgemm(p: DenseProblem) -> List[Candidate]:
+    dg = deep_gemm_module()
+    _deepgemm_mn_check(p.m, p.n)
+
+    def build():
+        out = p.out_init.clone()
+        lhs, rhs = (p.a, deepgemm_scales(p.sa)), (p.b, deepgemm_scales(p.sb))
+        return (lambda: dg.wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out)), out
+    return [Candidate("deep_gemm.wgrad_gemm_fp8_fp8_fp32_nt, scales [K/128, MN] contiguous", build)]
+
+
 def _dense_flops(p: DenseProblem) -> int:
     return dense_flops(p.m, p.n, p.k)
 
 
 DENSE_IMPLS: Tuple[Impl, ...] = (
     Impl("ours", "ours", "wgrad.wgrad_gemm_fp8_fp8_fp32_nt: out += (a*sa) @ (b*sb)^T in one call",
-         _dense_ours, _dense_flops, lambda p: fp8_bytes(p.m, p.n, p.k), required=True, anchor="deepgemm"),
+         _dense_ours, _dense_flops, lambda p: fp8_bytes(p.m, p.n, p.k), required=True),
+    Impl(DEEPGEMM, "deepgemm", "DeepGEMM 04278f6's wgrad_gemm_fp8_fp8_fp32_nt on the same operands (comparator)",
+         _dense_deepgemm, _dense_flops, lambda p: fp8_bytes(p.m, p.n, p.k)),
     Impl("cublas", "cublas", "cuBLAS 1x128 x 1x128 via torch._scaled_mm, fp32 out, then out.add_",
-         _dense_cublas, _dense_flops, lambda p: fp8_bytes(p.m, p.n, p.k), anchor="cublas"),
+         _dense_cublas, _dense_flops, lambda p: fp8_bytes(p.m, p.n, p.k)),
     Impl("bf16", "bf16", "cuBLAS bf16 GEMM of the dequantized operands accumulated into fp32 out",
          _dense_bf16, _dense_flops, lambda p: bf16_bytes(p.m, p.n, p.k), max_rel_err=BF16_REL_ERR_MAX,
-         pick_fastest=True, anchor="bf16"),
+         pick_fastest=True),
 )
 
 IMPL_NAMES: Tuple[str, ...] = tuple(impl.name for impl in DENSE_IMPLS)
@@ -193,6 +242,22 @@ def _grouped_cublas_loop(p: GroupedProblem) -> List[Candidate]:
     return [Candidate(f"for g: {form}", make_build(i)) for i, form in enumerate(forms)]
 
 
+def _grouped_deepgemm(p: GroupedProblem) -> List[Candidate]:
+    dg = deep_gemm_module()
+    _deepgemm_mn_check(p.m, p.n)
+    if any(k <= 0 or k % DEEPGEMM_K_MULTIPLE for k in p.ks):
+        raise ValueError(f"DeepGEMM's k-grouped GEMM needs every K_g a positive multiple of "
+                         f"{DEEPGEMM_K_MULTIPLE}, got {list(p.ks)}")
+
+    def build():
+        out = p.out_init.clone()
+        lhs, rhs = (p.a_packed, deepgemm_scales(p.sa_packed)), (p.b_packed, deepgemm_scales(p.sb_packed))
+        ks = list(p.ks)
+        return (lambda: dg.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, ks)), out
+    return [Candidate("deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt (host sizes), scales [sum K_g/128, MN] "
+                      "contiguous", build)]
+
+
 def _grouped_flops(p: GroupedProblem) -> int:
     return sum(dense_flops(p.m, p.n, k) for k in p.ks)
 
@@ -203,11 +268,13 @@ def _grouped_bytes(p: GroupedProblem) -> int:
 
 GROUPED_IMPLS: Tuple[Impl, ...] = (
     Impl("ours-packed", "ours", "one launch, packed layout, sizes as a host list", _grouped_packed,
-         _grouped_flops, _grouped_bytes, required=True, anchor="deepgemm"),
+         _grouped_flops, _grouped_bytes, required=True),
     Impl("ours-contig", "ours", "one launch, contiguous-K layout, sizes as an int32 CUDA tensor",
-         _grouped_contig, _grouped_flops, _grouped_bytes, required=True, anchor="deepgemm"),
+         _grouped_contig, _grouped_flops, _grouped_bytes, required=True),
     Impl("ours-dense-loop", "ours", "a Python loop of our dense kernel, one launch per group",
          _grouped_dense_loop, _grouped_flops, _grouped_bytes, required=True),
+    Impl(DEEPGEMM_GROUPED, "deepgemm", "DeepGEMM 04278f6's k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, packed layout "
+         "(its host loop: one launch per group; comparator)", _grouped_deepgemm, _grouped_flops, _grouped_bytes),
     Impl("cublas-loop", "cublas", "a Python loop of torch._scaled_mm 1x128 + out[g].add_ per group",
          _grouped_cublas_loop, _grouped_flops, _grouped_bytes),
 )

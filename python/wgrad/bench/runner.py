@@ -16,12 +16,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .bound import MachineRates, fill_bound
 from .common import ProgressFn, first_line, gbps, is_cuda_fault, tflops
-from .shapes import ANCHOR_NAMES
 from .timing import sync, time_calls
 
 # Accuracy bars, as relative Frobenius error of the accumulated product vs the float64 reference.
-# FP8 implementations: both FP8 anchors (DeepGEMM, CUTLASS) reach ~1.3e-4 on this data.
+# FP8 implementations: DeepGEMM and CUTLASS reach ~1.3e-4 on this data too.
 FP8_REL_ERR_MAX = 2e-4
 # bf16 rounds the dequantized operands to 8 mantissa bits (~2e-3 expected): a sanity bound only.
 BF16_REL_ERR_MAX = 1e-2
@@ -47,7 +47,6 @@ class Impl:
     max_rel_err: float = FP8_REL_ERR_MAX
     required: bool = False  # an exception is a FAIL (ours), not "n/a" (a baseline torch lacks)
     pick_fastest: bool = False  # time every correct candidate briefly and keep the fastest
-    anchor: Optional[str] = None  # key into the shape's anchors (wgrad.bench.shapes)
 
 
 @dataclass
@@ -114,14 +113,15 @@ def new_row(kind: str, label: str, dims: Sequence[int], impl: Impl, reps: int) -
     return {"kind": kind, "shape": label, "dims": list(dims), "impl": impl.name, "form": "", "status": "",
             "message": "", "rel_err": None, "max_rel_err": impl.max_rel_err, "ms": None, "ms_min": None,
             "ms_max": None, "reps": reps, "flops": None, "bytes": None, "tflops": None, "gbps": None,
-            "anchor": None, "anchor_tflops": None, "vs_anchor": None}
+            "host_us": None, "bound_ms": None, "pct_bound": None, "binds": None}
 
 
 def progress_line(row: dict) -> str:
     head = f"  {row['shape']:<24} {row['impl']:<16}"
     if row["ms"] is not None:
-        return (f"{head} {row['ms']:8.3f} ms {row['tflops']:7.1f} TFLOPS  rel.err {row['rel_err']:.2e}"
-                f"  [{row['form']}]")
+        bound = f"  {row['pct_bound']:5.1f} % of bound" if row.get("pct_bound") is not None else ""
+        return (f"{head} {row['ms']:8.3f} ms {row['tflops']:7.1f} TFLOPS{bound}  host {row['host_us']:6.1f} us"
+                f"  rel.err {row['rel_err']:.2e}  [{row['form']}]")
     return f"{head} {row['status']}: {row['message']}"
 
 
@@ -139,14 +139,12 @@ def unbuilt_rows(kind: str, label: str, dims: Sequence[int], impls: Sequence[Imp
 
 
 def measure(impl: Impl, problem, check, label: str, dims: Sequence[int], kind: str, reps: int, warmup: int,
-            flush: Optional[torch.Tensor], progress: ProgressFn, anchors: Optional[Dict[str, float]]) -> dict:
-    """Validates `impl` on `problem` (first correct candidate), then times it: one result row."""
+            flush: Optional[torch.Tensor], progress: ProgressFn, rates: Optional[MachineRates] = None) -> dict:
+    """Validates `impl` on `problem` (first correct candidate), then times it: one result row (with its
+    place under the machine's bound when `rates` are given)."""
     device = problem.device
     row = new_row(kind, label, dims, impl, reps)
     row.update(flops=impl.flops(problem), bytes=impl.bytes_moved(problem))
-    if impl.anchor and anchors and impl.anchor in anchors:
-        row["anchor"] = ANCHOR_NAMES[impl.anchor]
-        row["anchor_tflops"] = float(anchors[impl.anchor])
     try:
         quick = None
         if impl.pick_fastest:
@@ -154,12 +152,12 @@ def measure(impl: Impl, problem, check, label: str, dims: Sequence[int], kind: s
         sel = select_candidate(impl.setup(problem), check, impl.max_rel_err, impl.required, device, quick)
         row.update(status=sel.status, message=sel.message, rel_err=sel.rel_err, form=sel.form, tried=sel.tried)
         if sel.run is not None:
-            times = time_calls(sel.run, reps, warmup, flush, device)
+            host_us: List[float] = []
+            times = time_calls(sel.run, reps, warmup, flush, device, host_us)
             ms = statistics.median(times)
             row.update(ms=ms, ms_min=min(times), ms_max=max(times), tflops=tflops(row["flops"], ms),
-                       gbps=gbps(row["bytes"], ms))
-            if row["anchor_tflops"]:
-                row["vs_anchor"] = row["tflops"] / row["anchor_tflops"]
+                       gbps=gbps(row["bytes"], ms), host_us=statistics.median(host_us))
+            fill_bound(row, rates)
     except Exception as exc:
         if is_cuda_fault(exc):
             raise
@@ -170,15 +168,14 @@ def measure(impl: Impl, problem, check, label: str, dims: Sequence[int], kind: s
 
 def measure_all(impls: Sequence[Impl], problem, check_of: Callable[[Impl], Callable], label: str,
                 dims: Sequence[int], kind: str, reps: int, warmup: int, flush: Optional[torch.Tensor],
-                progress: ProgressFn, anchors: Optional[Dict[str, float]], sink: List[dict],
+                progress: ProgressFn, sink: List[dict], rates: Optional[MachineRates] = None,
                 **extra) -> List[dict]:
     """`measure` of every impl on one shape. A sticky CUDA fault is recorded as a FAIL row and, with
     the rows of this shape so far, put into `sink` before it propagates."""
     out: List[dict] = []
     for impl in impls:
         try:
-            row = measure(impl, problem, check_of(impl), label, dims, kind, reps, warmup, flush, progress,
-                          anchors)
+            row = measure(impl, problem, check_of(impl), label, dims, kind, reps, warmup, flush, progress, rates)
         except Exception as exc:
             row = new_row(kind, label, dims, impl, reps)
             row.update(status="FAIL", message=f"CUDA fault: {first_line(exc)}", **extra)

@@ -1,11 +1,11 @@
-"""The shapes the GEMM suites run by default and the published figures they are compared with.
+"""The shapes the GEMM suites run: the seed shapes (the default), the short-K set and the skewed MoE split.
 
 Shapes are DeepSeek-V3 weight gradients: M output features, N input features, K tokens (per group for
 the k-grouped shapes)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 DenseShape = Tuple[int, int, int]  # (M, N, K)
 GroupedShape = Tuple[int, int, int, int]  # (G, M, N, K per group)
@@ -34,36 +34,21 @@ GROUPED_SEED_SHAPES: Tuple[GroupedShape, ...] = (
     (8, 2048, 7168, 4096),
 )
 
-# Anchors: TFLOPS measured on one H200 with torch 2.11, median time, L2 flushed: DeepGEMM's wgrad kernel,
-# CUTLASS 4.2 groupwise (1,1,128) beta=1 at its best config, cuBLAS 1x128 with fp32 out + `add_`, bf16
-# `addmm` into fp32. Absolute figures move 10-20 % between machines and device calls: they place a row;
-# the ratios within one run are what compare (docs/performance.md has the current side-by-side figures).
-DENSE_ANCHORS_TFLOPS: Dict[DenseShape, Dict[str, float]] = {
-    (7168, 2112, 4096): {"deepgemm": 918, "cutlass": 738, "cublas": 656, "bf16": 683},
-    (1536, 24576, 4096): {"deepgemm": 991, "cutlass": 846, "cublas": 688, "bf16": 688},
-    (512, 32768, 4096): {"deepgemm": 873, "cutlass": 785, "cublas": 695, "bf16": 697},
-    (16384, 7168, 4096): {"deepgemm": 1013, "cutlass": 859, "cublas": 696, "bf16": 662},
-    (7168, 4096, 4096): {"deepgemm": 957, "cutlass": 823, "cublas": 702, "bf16": 663},
-    (2048, 7168, 4096): {"deepgemm": 903, "cutlass": 803, "cublas": 690, "bf16": 732},
-    (7168, 2112, 8192): {"deepgemm": 1022, "cutlass": 835, "cublas": 777, "bf16": 702},
-    (1536, 24576, 8192): {"deepgemm": 1072, "cutlass": 918, "cublas": 789, "bf16": 701},
-    (512, 32768, 8192): {"deepgemm": 987, "cutlass": 869, "cublas": 772, "bf16": 719},
-    (16384, 7168, 8192): {"deepgemm": 1063, "cutlass": 853, "cublas": 780, "bf16": 655},
-    (7168, 4096, 8192): {"deepgemm": 1044, "cutlass": 892, "cublas": 804, "bf16": 674},
-    (2048, 7168, 8192): {"deepgemm": 1016, "cutlass": 887, "cublas": 825, "bf16": 709},
-}
+# The short-K / many-groups set (--short-k): dense M = N = 4096 at K = 1024 and 2048, and DeepSeek-V3's
+# expert weight gradients (4096 x 7168: gate and up fused; 7168 x 2048: down) with 16 experts of 1024
+# tokens or 64 experts of 256. Few K blocks per tile: the prologue, the epilogue's read-modify-write of
+# out and the per-group launch cost weigh most here.
+SHORT_K_DENSE_SHAPES: Tuple[DenseShape, ...] = (
+    (4096, 4096, 1024),
+    (4096, 4096, 2048),
+)
 
-# Same machine and method: DeepGEMM's k-grouped wgrad (TFLOPS over all groups) on the grouped seed shapes.
-GROUPED_ANCHORS_TFLOPS: Dict[GroupedShape, Dict[str, float]] = {
-    (4, 7168, 4096, 4096): {"deepgemm": 975},
-    (4, 2048, 7168, 4096): {"deepgemm": 949},
-    (4, 7168, 4096, 8192): {"deepgemm": 969},
-    (4, 2048, 7168, 8192): {"deepgemm": 1033},
-    (8, 7168, 4096, 4096): {"deepgemm": 980},
-    (8, 2048, 7168, 4096): {"deepgemm": 951},
-}
-
-ANCHOR_NAMES = {"deepgemm": "DeepGEMM", "cutlass": "CUTLASS", "cublas": "cuBLAS", "bf16": "bf16"}
+SHORT_K_GROUPED_SHAPES: Tuple[GroupedShape, ...] = (
+    (16, 4096, 7168, 1024),
+    (16, 7168, 2048, 1024),
+    (64, 4096, 7168, 256),
+    (64, 7168, 2048, 256),
+)
 
 # The skewed MoE case: 8 experts sharing one (M, N), token counts from a Zipf-like split.
 SKEW_GROUPS = 8

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
+from .bound import RATE_COPY_BYTES, RATE_GEMM_SIZE
 from .common import geomean
 from .impls import impl_summaries
 from .problems import BYTES_NOTE
@@ -40,52 +41,47 @@ def _check_cell(row: dict, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _anchor_cell(row: dict) -> str:
-    if row.get("anchor_tflops") is None:
-        return ""
-    return f"{row['anchor_tflops']:.0f} {row['anchor']}"
-
-
 def dense_table(rows: Sequence[dict]) -> str:
-    headers = ["shape MxNxK", "impl", "ms", "TFLOPS", "GB/s", "vs cuBLAS", "anchor", "vs anchor", "rel.err",
-               "check"]
-    right = [False, False, True, True, True, True, True, True, True, False]
+    headers = ["shape MxNxK", "impl", "ms", "TFLOPS", "GB/s", "% bound", "binds", "host us", "vs DeepGEMM",
+               "vs cuBLAS", "rel.err", "check"]
+    right = [False, False, True, True, True, True, False, True, True, True, True, False]
     body = [[r["shape"], r["impl"], _num(r["ms"], ".3f"), _num(r["tflops"], ".1f"), _num(r["gbps"], ".0f"),
-             _ratio(r.get("vs_cublas")), _anchor_cell(r), _ratio(r.get("vs_anchor")), _num(r["rel_err"], ".2e"),
-             _check_cell(r)] for r in rows]
-    return format_table(headers, body, right)
-
-
-def grouped_table(rows: Sequence[dict]) -> str:
-    headers = ["shape GxMxNxK", "impl", "ms", "TFLOPS", "GB/s", "vs cuBLAS loop", "vs dense", "vs dense loop",
-               "anchor", "vs anchor", "rel.err", "check"]
-    right = [False, False, True, True, True, True, True, True, True, True, True, False]
-    body = [[r["shape"], r["impl"], _num(r["ms"], ".3f"), _num(r["tflops"], ".1f"), _num(r["gbps"], ".0f"),
-             _ratio(r.get("vs_cublas")), _ratio(r.get("vs_dense")), _ratio(r.get("vs_dense_loop")),
-             _anchor_cell(r), _ratio(r.get("vs_anchor")), _num(r["rel_err"], ".2e"), _check_cell(r)]
+             _num(r.get("pct_bound"), ".1f"), r.get("binds") or "", _num(r.get("host_us"), ".1f"),
+             _ratio(r.get("vs_deepgemm")), _ratio(r.get("vs_cublas")), _num(r["rel_err"], ".2e"), _check_cell(r)]
             for r in rows]
     return format_table(headers, body, right)
 
 
+def grouped_table(rows: Sequence[dict]) -> str:
+    headers = ["shape GxMxNxK", "impl", "ms", "TFLOPS", "GB/s", "% bound", "binds", "host us", "vs DeepGEMM",
+               "vs cuBLAS loop", "vs dense", "vs dense loop", "rel.err", "check"]
+    right = [False, False, True, True, True, True, False, True, True, True, True, True, True, False]
+    body = [[r["shape"], r["impl"], _num(r["ms"], ".3f"), _num(r["tflops"], ".1f"), _num(r["gbps"], ".0f"),
+             _num(r.get("pct_bound"), ".1f"), r.get("binds") or "", _num(r.get("host_us"), ".1f"),
+             _ratio(r.get("vs_deepgemm")), _ratio(r.get("vs_cublas")), _ratio(r.get("vs_dense")),
+             _ratio(r.get("vs_dense_loop")), _num(r["rel_err"], ".2e"), _check_cell(r)]
+            for r in rows]
+    return format_table(headers, body, right)
+
+
+# Same-run ratio columns that get a geometric mean per impl, and their names in the summary lines.
+SUMMARY_RATIOS = (("vs_deepgemm", "vs DeepGEMM"), ("vs_cublas", "vs cuBLAS"))
+
+
 def summarize(rows: Sequence[dict], kinds: Sequence[str] = ("dense", "grouped")) -> Dict[str, dict]:
-    """Geometric means per impl over the shapes (of `kinds`) where it was timed, with the geomean of its
-    anchor over exactly those shapes (None where a shape has no anchor)."""
+    """Geometric means per impl over the shapes (of `kinds`) where it was timed: TFLOPS, and each ratio
+    of SUMMARY_RATIOS over the shapes where it exists (`<ratio>_shapes` of them: its baseline may be n/a
+    on some)."""
     out: Dict[str, dict] = {}
     impls = list(dict.fromkeys(r["impl"] for r in rows if r["kind"] in kinds))
     for name in impls:
         timed = [r for r in rows if r["impl"] == name and r["kind"] in kinds and r["tflops"] is not None]
-        anchors = [r["anchor_tflops"] for r in timed]
-        anchor_gm = geomean(anchors) if timed and all(a is not None for a in anchors) else None
-        out[name] = {
-            "shapes": len(timed),
-            "tflops": geomean(r["tflops"] for r in timed),
-            "anchor": timed[0]["anchor"] if timed and anchor_gm is not None else None,
-            "anchor_tflops": anchor_gm,
-            "vs_cublas": geomean(r["vs_cublas"] for r in timed if r.get("vs_cublas") is not None)
-            if any(r.get("vs_cublas") is not None for r in timed) else None,
-        }
-        if out[name]["tflops"] is not None and anchor_gm:
-            out[name]["vs_anchor"] = out[name]["tflops"] / anchor_gm
+        entry = {"shapes": len(timed), "tflops": geomean(r["tflops"] for r in timed)}
+        for key, _ in SUMMARY_RATIOS:
+            ratios = [r[key] for r in timed if r.get(key) is not None]
+            entry[key] = geomean(ratios) if ratios else None
+            entry[f"{key}_shapes"] = len(ratios)
+        out[name] = entry
     return out
 
 
@@ -96,10 +92,12 @@ def summary_lines(summary: Dict[str, dict], title: str) -> List[str]:
             lines.append(f"  {name:<16} not timed on any shape")
             continue
         text = f"  {name:<16} {s['tflops']:7.1f} TFLOPS over {s['shapes']} shape(s)"
-        if s.get("anchor_tflops"):
-            text += f"; {s['anchor']} (anchor) {s['anchor_tflops']:.1f} -> {s['vs_anchor']:.2f}x"
-        if s.get("vs_cublas") is not None:
-            text += f"; vs cuBLAS {s['vs_cublas']:.2f}x"
+        for key, label in SUMMARY_RATIOS:
+            if s.get(key) is None:
+                continue
+            text += f"; {label} {s[key]:.2f}x"
+            if s.get(f"{key}_shapes", s["shapes"]) != s["shapes"]:
+                text += f" (over {s[f'{key}_shapes']})"
         lines.append(text)
     return lines
 
@@ -117,8 +115,16 @@ def legend(rows: Sequence[dict]) -> List[str]:
         lines.append(f"  {name:<16} {summaries.get(name, '')}")
         lines += [f"  {'':<16}   timed: {f}" for f in fs]
     lines.append(f"  {BYTES_NOTE}.")
-    lines.append("  TFLOPS = 2*M*N*K / median time; 'vs cuBLAS' = this TFLOPS / cuBLAS's; 'anchor' = the figure of "
-                 "this row's counterpart measured on an H200 with torch 2.11 (ours: DeepGEMM; wgrad.bench.shapes).")
+    lines.append("  TFLOPS = 2*M*N*K / median time. 'vs DeepGEMM', 'vs cuBLAS' = this TFLOPS / that row's on the "
+                 "same shape, measured in this process (no figure from another machine or process enters a "
+                 "ratio); DeepGEMM is measured only where `import deep_gemm` works.")
+    lines.append("  % bound = 100 * max(FLOPs / tensor-wise FP8 rate, bytes / copy rate) / median time, with both "
+                 "rates measured at the start of this process on this GPU (the 'machine rates' line): "
+                 f"torch._scaled_mm with one scale per tensor on {RATE_GEMM_SIZE}^3 e4m3, and a "
+                 f"{RATE_COPY_BYTES / 2 ** 30:g} GiB copy_ (read + write); 'binds' = the larger term (math or "
+                 "memory). Every row, bf16 too, is held to the FP8 rate.")
+    lines.append("  host us = the launching thread's time in one call (perf_counter around it, the GPU not waited "
+                 "for; median of --reps calls, each after the GPU's queue drained).")
     return lines
 
 

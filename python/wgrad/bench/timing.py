@@ -3,7 +3,8 @@ medians.
 
 Two timers share the flush and the event pattern:
 - `time_calls` (the GEMM suites): warm-up calls, then a busy period so the GPU's clocks are up, then
-  `reps` single calls; returns every time (the caller takes the median).
+  `reps` single calls; returns every time (the caller takes the median); optionally also the host time
+  of each call (`host_us`).
 - `time_pair_ms` / `median_ms` (the quantization suite): a kernel and the copy it is compared with,
   timed call by call in turn so both see the same state of the machine.
 """
@@ -41,9 +42,15 @@ def free_cached(device: torch.device) -> None:
 
 
 def time_calls(fn: Callable[[], None], reps: int, warmup: int, flush: Optional[torch.Tensor],
-               device: torch.device) -> List[float]:
+               device: torch.device, host_us: Optional[List[float]] = None) -> List[float]:
     """Milliseconds of `reps` single calls of `fn`, each preceded (outside the timed region) by zeroing
-    `flush`. CUDA events on a GPU; wall clock on a CPU (used only by the CPU tests)."""
+    `flush`. CUDA events on a GPU; wall clock on a CPU (used only by the CPU tests).
+
+    With `host_us`, it also gets the host time of `reps` calls in microseconds: perf_counter around the
+    call, after the flush is queued and before the GPU has run the call, i.e. what the call costs the
+    thread that launches it. On a GPU they are timed in a pass of their own, the queue drained before each
+    flush: back to back, the calls queue up ahead of the GPU, and a queue deep enough blocks the launching
+    thread, which would count GPU time as host time."""
     for _ in range(warmup):
         fn()
     if device.type == "cuda":
@@ -65,7 +72,17 @@ def time_calls(fn: Callable[[], None], reps: int, warmup: int, flush: Optional[t
             fn()
             end.record()
         torch.cuda.synchronize(device)
-        return [start.elapsed_time(end) for start, end in events]
+        times = [start.elapsed_time(end) for start, end in events]
+        if host_us is not None:
+            for _ in range(reps):
+                sync(device)
+                if flush is not None:
+                    flush.zero_()
+                t0 = time.perf_counter()
+                fn()
+                host_us.append((time.perf_counter() - t0) * 1e6)
+            sync(device)
+        return times
     times = []
     for _ in range(reps):
         if flush is not None:
@@ -73,6 +90,8 @@ def time_calls(fn: Callable[[], None], reps: int, warmup: int, flush: Optional[t
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
+    if host_us is not None:  # on a CPU the call's host time is its time
+        host_us.extend(t * 1e3 for t in times)
     return times
 
 
