@@ -23,8 +23,8 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
 
-# Every translation unit of the extension. Host entries (ATen) live in csrc/ (registration, checks),
-# csrc/common/, csrc/gemm/ and csrc/quant/; device code lives in csrc/kernels/ and never includes ATen.
+# Every translation unit of the extension. Host entries (torch's stable ABI) live in csrc/ (registration,
+# checks), csrc/common/, csrc/gemm/ and csrc/quant/; device code lives in csrc/kernels/ and never includes torch.
 SOURCES = [
     "csrc/registration.cpp",
     "csrc/checks.cpp",
@@ -42,8 +42,23 @@ SOURCES = [
 # Torch-free C++ tests (tests/cpp: the test files and their harness), built by CMake only.
 CPP_TEST_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "cpp").glob("*.cpp"))
 
-# The kernels use wgmma and setmaxnreg: sm_90a (the arch-specific target), not plain sm_90.
-CUDA_ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]
+# The architectures compiled. The kernels use wgmma and setmaxnreg: sm_90a (the arch-specific target), not
+# plain sm_90. A Blackwell build adds "100a" here once kernels for it exist; the flags and the build facts
+# of python/wgrad/_version.py follow this list.
+CUDA_ARCHS = ["90a"]
+CUDA_ARCH_FLAGS = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in CUDA_ARCHS]
+
+# The oldest torch the extension loads in. The host layer calls torch only through its stable C shim
+# (csrc/common/stable.h), and the headers of a newer torch hide every API this version does not have.
+TORCH_TARGET = (2, 11)
+# Python's limited API (3.10 on): one binary for every CPython from 3.10; the wheel's tag says cp310-abi3.
+PY_LIMITED_API = "cp310"
+STABLE_ABI_DEFINES = [
+    f"-DTORCH_TARGET_VERSION=0x{TORCH_TARGET[0]:02x}{TORCH_TARGET[1]:02x}000000000000",
+    "-DPy_LIMITED_API=0x030A0000",
+    # The C shim declares its CUDA functions (the current stream) only under USE_CUDA.
+    "-DUSE_CUDA",
+]
 
 # Compiled into every translation unit, device or host (the C++ tests check the same layouts the
 # kernels use): CuTe's WGMMA atoms for every N that is a multiple of 8 (64x80, 64x72, ...).
@@ -68,7 +83,7 @@ NVCC_FLAGS = [
 ] + DEFINES + CUDA_ARCH_FLAGS
 
 # A toolchain that links libstdc++ statically (the device image's /opt/gcc) would otherwise export its
-# own std::ostream next to torch's and crash inside TORCH_CHECK's message formatting.
+# own std::ostream next to torch's and crash inside a check's message formatting.
 LINK_FLAGS = ["-Wl,--exclude-libs,ALL"]
 
 
@@ -92,9 +107,10 @@ def cutlass_include_dirs():
 
 
 def cuda_library_include_dirs():
-    """Headers of the CUDA libraries torch's ATen includes (cusparse.h, cublas_v2.h, ...). A toolkit
-    installed from the runfile has them under CUDA_HOME; a minimal one (compiler only) does not, and
-    torch's pip wheels ship them under site-packages/nvidia/cu13/include."""
+    """Headers of the CUDA libraries that torch's pip wheels ship under site-packages/nvidia/cu13/include (a
+    minimal toolkit, compiler only, lacks cusparse.h, cublas_v2.h, ...). ATen needed them; the stable ABI
+    does not, but the folder stays first on the include path: the kernels' measured machine code was built
+    with the CUDA headers found there."""
     spec = importlib.util.find_spec("nvidia")
     if spec is None or spec.submodule_search_locations is None:
         return []
@@ -135,8 +151,14 @@ def build_extension():
         name="wgrad._C",
         sources=SOURCES,
         include_dirs=INCLUDE_DIRS + cutlass_include_dirs() + cuda_library_include_dirs(),
-        extra_compile_args={"cxx": CXX_FLAGS, "nvcc": NVCC_FLAGS + nvcc_threads_flags() + diag_flags()},
+        extra_compile_args={
+            "cxx": CXX_FLAGS + STABLE_ABI_DEFINES,
+            "nvcc": NVCC_FLAGS + STABLE_ABI_DEFINES + nvcc_threads_flags() + diag_flags(),
+        },
         extra_link_args=LINK_FLAGS,
+        # No libtorch_python: the library talks to torch through the stable C shim and to Python through
+        # the limited API alone.
+        py_limited_api=True,
     )
 
 
