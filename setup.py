@@ -3,6 +3,11 @@
 CMakeLists.txt asks this file for the same lists (`python setup.py --print-cmake-config`), so nothing
 here is repeated by hand.
 
+The extension is built against torch's stable ABI (TORCH_TARGET_VERSION, csrc/common/stable.h) and Python's
+limited API, so one wheel, cp310-abi3, serves every torch from TORCH_TARGET on and every CPython from 3.10
+on (docs/decisions/0031-stable-abi-abi3-wheel.md). The version comes from git (`git describe`, PEP 440) and is
+written with the build's facts into python/wgrad/_version.py (not in git), which `python -m wgrad info` prints.
+
 Environment:
   CUTLASS_DIR   a CUTLASS checkout (its include/ is used) instead of the
                 headers shipped in the pinned `nvidia-cutlass` wheel.
@@ -16,6 +21,9 @@ Environment:
 import importlib.util
 import json
 import os
+import pprint
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -162,6 +170,77 @@ def build_extension():
     )
 
 
+# ---- version and build facts ------------------------------------------------------------------------------
+
+# The version of a source tree without git history (an unpacked archive). A release is a tag vX.Y.Z.
+BASE_VERSION = "0.1.0"
+
+
+def _git(*args):
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
+def git_version():
+    """The PEP 440 version of this checkout, or None outside git:
+    on a release tag vX.Y.Z: X.Y.Z; N commits after it: X.Y.Z.postN+g<sha>; no release tag in the history:
+    BASE_VERSION.devN+g<sha> (N: the commits of the history); local changes add .dirty to the local part."""
+    sha = _git("rev-parse", "--short=9", "HEAD")
+    if sha is None:
+        return None
+    dirty = ".dirty" if _git("status", "--porcelain", "--untracked-files=no") else ""
+    described = _git("describe", "--tags", "--long", "--match", "v[0-9]*")
+    m = re.fullmatch(r"v(\d+(?:\.\d+)*)-(\d+)-g[0-9a-f]+", described or "")
+    if m:
+        release, distance = m.group(1), int(m.group(2))
+        if distance == 0 and not dirty:
+            return release
+        return f"{release}.post{distance}+g{sha}{dirty}"
+    distance = int(_git("rev-list", "--count", "HEAD") or 0)
+    return f"{BASE_VERSION}.dev{distance}+g{sha}{dirty}"
+
+
+def nvcc_version():
+    """The CUDA release of the nvcc that compiles the kernels ("13.0"), or None."""
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    try:
+        out = subprocess.run([os.path.join(CUDA_HOME or "", "bin", "nvcc"), "--version"], capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def write_version_file(version):
+    """python/wgrad/_version.py: the version and the facts of this build (no time stamp, no path: two builds
+    of one commit with one toolchain write the same file)."""
+    import torch
+
+    build = {
+        "torch": torch.__version__,
+        "cuda": nvcc_version(),
+        "torch_target": ".".join(map(str, TORCH_TARGET)),
+        "python_limited_api": PY_LIMITED_API,
+        "cuda_archs": [f"sm_{a}" for a in CUDA_ARCHS],
+        "cuda_arch_flags": CUDA_ARCH_FLAGS,
+        "git_commit": _git("rev-parse", "HEAD"),
+        "diag_variants": bool(diag_flags()),
+    }
+    text = (
+        "# Written by setup.py at build time (not in git): what `python -m wgrad info` reports of this build.\n"
+        f"__version__ = {version!r}\n"
+        f"BUILD = {pprint.pformat(build, sort_dicts=False)}\n"
+    )
+    path = ROOT / "python" / "wgrad" / "_version.py"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--print-cmake-config"]:
     print(json.dumps(cmake_config()))
     sys.exit(0)
@@ -169,15 +248,17 @@ if __name__ == "__main__" and sys.argv[1:] == ["--print-cmake-config"]:
 if __name__ == "__main__":
     from torch.utils.cpp_extension import BuildExtension
 
+    VERSION = git_version() or BASE_VERSION
+    write_version_file(VERSION)
     setup(
         name="wgrad",
-        version="0.1.0",
+        version=VERSION,
         description="FP8 weight-gradient GEMMs (1x128 scaling) for NVIDIA Hopper",
         packages=find_packages("python"),
         package_dir={"": "python"},
         ext_modules=[build_extension()],
         cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
         python_requires=">=3.10",
-        install_requires=["torch>=2.11"],
+        install_requires=["torch>={}.{}".format(*TORCH_TARGET)],
         zip_safe=False,
     )
