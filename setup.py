@@ -94,6 +94,12 @@ NVCC_FLAGS = [
 # own std::ostream next to torch's and crash inside a check's message formatting.
 LINK_FLAGS = ["-Wl,--exclude-libs,ALL"]
 
+# The wheel's platform tag is manylinux_X_Y for the newest glibc symbol version the built library needs
+# (bdist_wheel reads it off the library: the tag is what the build is), never below 2.28, which torch's own
+# wheels need. Built on Debian 12 (glibc 2.36) it is 2.34 (dlsym, which torch's stable headers call) and
+# 2.32 (__libc_single_threaded, from libstdc++'s headers); a manylinux_2_28 build image gives 2.28.
+MANYLINUX_FLOOR = (2, 28)
+
 
 def cutlass_include_dirs():
     """CUTLASS/CuTe headers: $CUTLASS_DIR, else the pinned nvidia-cutlass wheel."""
@@ -241,6 +247,37 @@ def write_version_file(version):
         path.write_text(text)
 
 
+def glibc_versions_needed(library):
+    """The GLIBC_x.y symbol versions a shared library needs (objdump -T), as sorted tuples."""
+    out = subprocess.run(["objdump", "-T", str(library)], capture_output=True, text=True, check=True).stdout
+    return sorted({tuple(map(int, v.split("."))) for v in re.findall(r"\bGLIBC_(\d+\.\d+(?:\.\d+)?)\b", out)})
+
+
+def manylinux_tag(libraries):
+    """manylinux_X_Y_x86_64 for the newest glibc version any of `libraries` needs, at least MANYLINUX_FLOOR."""
+    newest = max([MANYLINUX_FLOOR] + [v[:2] for lib in libraries for v in glibc_versions_needed(lib)])
+    return "manylinux_{}_{}_x86_64".format(*newest)
+
+
+def bdist_wheel_class():
+    """bdist_wheel that tags the wheel cp310-abi3 (Python's limited API) and manylinux_X_Y_x86_64 (the glibc
+    the built library needs)."""
+    from setuptools.command.bdist_wheel import bdist_wheel
+
+    class AbiThreeManylinuxWheel(bdist_wheel):
+        def initialize_options(self):
+            super().initialize_options()
+            self.py_limited_api = PY_LIMITED_API
+
+        def get_tag(self):
+            # (bdist_wheel asks once the library is built and installed into its staging folder.)
+            self.plat_name = manylinux_tag(self.get_finalized_command("build_ext").get_outputs())
+            self.plat_name_supplied = True
+            return super().get_tag()
+
+    return AbiThreeManylinuxWheel
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--print-cmake-config"]:
     print(json.dumps(cmake_config()))
     sys.exit(0)
@@ -257,7 +294,7 @@ if __name__ == "__main__":
         packages=find_packages("python"),
         package_dir={"": "python"},
         ext_modules=[build_extension()],
-        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "bdist_wheel": bdist_wheel_class()},
         python_requires=">=3.10",
         install_requires=["torch>={}.{}".format(*TORCH_TARGET)],
         zip_safe=False,
