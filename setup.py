@@ -154,6 +154,15 @@ def nvcc_threads_flags():
     return [f"--threads={int(n)}"]
 
 
+def nvcc_keep_flags():
+    """nvcc names its intermediate files tmpxft_<process id>_..., and those names reach the library (the
+    static initialisers' symbols, the fatbin): two builds of one commit would differ. Kept in build/nvcc,
+    they are named after their source file instead, and the library is the same bytes every time."""
+    keep = ROOT / "build" / "nvcc"
+    keep.mkdir(parents=True, exist_ok=True)
+    return ["--keep", f"--keep-dir={keep}"]
+
+
 def diag_flags():
     return ["-DWGRAD_DIAG_VARIANTS"] if os.environ.get("WGRAD_DIAG_VARIANTS") == "1" else []
 
@@ -167,7 +176,7 @@ def build_extension():
         include_dirs=INCLUDE_DIRS + cutlass_include_dirs() + cuda_library_include_dirs(),
         extra_compile_args={
             "cxx": CXX_FLAGS + STABLE_ABI_DEFINES,
-            "nvcc": NVCC_FLAGS + STABLE_ABI_DEFINES + nvcc_threads_flags() + diag_flags(),
+            "nvcc": NVCC_FLAGS + STABLE_ABI_DEFINES + nvcc_threads_flags() + nvcc_keep_flags() + diag_flags(),
         },
         extra_link_args=LINK_FLAGS,
         # No libtorch_python: the library talks to torch through the stable C shim and to Python through
