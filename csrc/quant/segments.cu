@@ -3,6 +3,8 @@
 // the launch of its kernel: the carried-sectors kernel (kernels/quant/segments_carry.cuh), the persistent TMA
 // kernel (kernels/quant/colwise_kernel_sm90.cuh, with packed tiles or block tiles in some order), or the generic
 // kernel for rows that are not 16-byte aligned.
+#include "ops.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -12,15 +14,10 @@
 #include <string>
 #include <utility>
 
-// The device code first, then the host side, in this order: in any other, cicc compiled one of the segments
-// kernels on float x differently (one shared-memory load split in two, or other registers), and the kernels'
-// machine code must stay the one that was measured.
+#include "checks.h"
 #include "kernels/quant/segment_order.h"
 #include "kernels/quant/segment_table.cuh"
 #include "kernels/quant/segments_carry.cuh"
-#include "kernels/quant/colwise_kernel_sm90.cuh"
-#include "ops.h"
-#include "checks.h"
 #include "quant/colwise_launch.h"
 #include "quant/launch.h"
 #include "quant/plan.h"
