@@ -21,8 +21,11 @@ Environment:
 import importlib.util
 import json
 import os
+import platform
 import pprint
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -163,6 +166,22 @@ def nvcc_keep_flags():
     return ["--keep", f"--keep-dir={keep}"]
 
 
+def deterministic_nvcc():
+    """Runs nvcc with address-space randomisation off (setarch -R), through PYTORCH_NVCC, unless that is set
+    or setarch cannot. cicc 13.0 compiles segments.cu's kernels on float x in one of several forms (a
+    shared-memory load split in two or not) depending on where its allocations land, so two builds of one
+    commit differed; with fixed addresses every build gives the same machine code."""
+    setarch = shutil.which("setarch")
+    machine = platform.machine()
+    if "PYTORCH_NVCC" in os.environ or setarch is None:
+        return
+    if subprocess.run([setarch, machine, "-R", "true"], capture_output=True).returncode != 0:
+        return
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    os.environ["PYTORCH_NVCC"] = shlex.join([setarch, machine, "-R", os.path.join(CUDA_HOME or "", "bin", "nvcc")])
+
+
 def diag_flags():
     return ["-DWGRAD_DIAG_VARIANTS"] if os.environ.get("WGRAD_DIAG_VARIANTS") == "1" else []
 
@@ -170,6 +189,7 @@ def diag_flags():
 def build_extension():
     from torch.utils.cpp_extension import CUDAExtension
 
+    deterministic_nvcc()
     return CUDAExtension(
         name="wgrad._C",
         sources=SOURCES,
