@@ -1,9 +1,6 @@
 // \brief Every op's contract (see the table in registration.cpp), enforced on the host.
 #include "checks.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/ScalarType.h>
-
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -17,63 +14,60 @@ namespace wgrad {
 
 namespace {
 
-bool aligned(const at::Tensor& t, int64_t bytes) {
+bool aligned(const torch::stable::Tensor& t, int64_t bytes) {
   const auto addr = reinterpret_cast<uintptr_t>(t.const_data_ptr());
   return addr % bytes == 0;
 }
 
-void check_same_device(const char* op, const at::Tensor& ref, const char* name, const at::Tensor& t) {
-  TORCH_CHECK(t.device() == ref.device(), op, ": ", name, " must be on ", ref.device(), " like out, got ",
-              t.device());
+void check_same_device(const char* op, const torch::stable::Tensor& ref, const char* name,
+                       const torch::stable::Tensor& t) {
+  WGRAD_CHECK(t.device() == ref.device(), op, ": ", name, " must be on ", ref.device(), " like out, got ", t.device());
 }
 
-void check_fp8_operand(const char* op, const char* name, const at::Tensor& t, int64_t rows, int64_t k) {
-  TORCH_CHECK(t.scalar_type() == at::kFloat8_e4m3fn, op, ": ", name, " must be float8_e4m3fn, got ",
+void check_fp8_operand(const char* op, const char* name, const torch::stable::Tensor& t, int64_t rows, int64_t k) {
+  WGRAD_CHECK(t.scalar_type() == ScalarType::Float8_e4m3fn, op, ": ", name, " must be float8_e4m3fn, got ",
               t.scalar_type());
-  TORCH_CHECK(t.dim() == 2, op, ": ", name, " must be 2-D [", rows, ", K], got ", t.dim(), "-D ", t.sizes());
-  TORCH_CHECK(t.size(0) == rows && t.size(1) == k, op, ": ", name, " must have shape [", rows, ", ", k,
-              "], got ", t.sizes());
+  WGRAD_CHECK(t.dim() == 2, op, ": ", name, " must be 2-D [", rows, ", K], got ", t.dim(), "-D ", t.sizes());
+  WGRAD_CHECK(t.size(0) == rows && t.size(1) == k, op, ": ", name, " must have shape [", rows, ", ", k, "], got ",
+              t.sizes());
   if (rows == 0 || k == 0) return;
-  TORCH_CHECK(t.stride(1) == 1 || k == 1, op, ": ", name, " must be K-contiguous (stride(1) == 1), got strides ",
+  WGRAD_CHECK(t.stride(1) == 1 || k == 1, op, ": ", name, " must be K-contiguous (stride(1) == 1), got strides ",
               t.strides());
-  TORCH_CHECK(rows == 1 || t.stride(0) % kTmaAlignBytes == 0, op, ": ", name,
+  WGRAD_CHECK(rows == 1 || t.stride(0) % kTmaAlignBytes == 0, op, ": ", name,
               " row stride must be a multiple of 16 elements (16 bytes, TMA), got ", t.stride(0));
-  TORCH_CHECK(rows == 1 || t.stride(0) >= k, op, ": ", name, " row stride must be >= K = ", k, ", got ",
-              t.stride(0));
-  TORCH_CHECK(aligned(t, kTmaAlignBytes), op, ": ", name,
+  WGRAD_CHECK(rows == 1 || t.stride(0) >= k, op, ": ", name, " row stride must be >= K = ", k, ", got ", t.stride(0));
+  WGRAD_CHECK(aligned(t, kTmaAlignBytes), op, ": ", name,
               " data pointer must be 16-byte aligned (TMA), got storage offset ", t.storage_offset());
 }
 
-void check_mn_major_scales(const char* op, const char* name, const at::Tensor& s, int64_t mn, int64_t kb) {
-  TORCH_CHECK(s.scalar_type() == at::kFloat, op, ": ", name, " must be float32, got ", s.scalar_type());
-  TORCH_CHECK(s.dim() == 2, op, ": ", name, " must be 2-D [", mn, ", ", kb, "], got ", s.dim(), "-D ", s.sizes());
-  TORCH_CHECK(s.size(0) == mn && s.size(1) == kb, op, ": ", name, " must have shape [", mn, ", ", kb,
+void check_mn_major_scales(const char* op, const char* name, const torch::stable::Tensor& s, int64_t mn, int64_t kb) {
+  WGRAD_CHECK(s.scalar_type() == ScalarType::Float, op, ": ", name, " must be float32, got ", s.scalar_type());
+  WGRAD_CHECK(s.dim() == 2, op, ": ", name, " must be 2-D [", mn, ", ", kb, "], got ", s.dim(), "-D ", s.sizes());
+  WGRAD_CHECK(s.size(0) == mn && s.size(1) == kb, op, ": ", name, " must have shape [", mn, ", ", kb,
               "] (one scale per row per 128-wide K block), got ", s.sizes());
   if (mn == 0 || kb == 0) return;
-  TORCH_CHECK(s.stride(0) == 1 || mn == 1, op, ": ", name,
+  WGRAD_CHECK(s.stride(0) == 1 || mn == 1, op, ": ", name,
               " must be MN-major (stride(0) == 1, TMA-aligned layout), got strides ", s.strides(),
               "; wgrad.to_mn_major_scales() converts");
-  TORCH_CHECK(kb == 1 || (s.stride(1) % 4 == 0 && s.stride(1) >= mn), op, ": ", name,
+  WGRAD_CHECK(kb == 1 || (s.stride(1) % 4 == 0 && s.stride(1) >= mn), op, ": ", name,
               " stride(1) must be a multiple of 4 and >= ", mn, " (TMA-aligned), got ", s.stride(1));
-  TORCH_CHECK(aligned(s, kTmaAlignBytes), op, ": ", name, " data pointer must be 16-byte aligned, got storage offset ",
+  WGRAD_CHECK(aligned(s, kTmaAlignBytes), op, ": ", name, " data pointer must be 16-byte aligned, got storage offset ",
               s.storage_offset());
 }
 
-void check_fp32_out(const char* op, const at::Tensor& out, int64_t m, int64_t n) {
-  TORCH_CHECK(out.scalar_type() == at::kFloat, op, ": out must be float32, got ", out.scalar_type());
+void check_fp32_out(const char* op, const torch::stable::Tensor& out, int64_t m, int64_t n) {
+  WGRAD_CHECK(out.scalar_type() == ScalarType::Float, op, ": out must be float32, got ", out.scalar_type());
   const int64_t d = out.dim();
-  TORCH_CHECK(out.size(d - 2) == m && out.size(d - 1) == n, op, ": out must end in [", m, ", ", n, "], got ",
+  WGRAD_CHECK(out.size(d - 2) == m && out.size(d - 1) == n, op, ": out must end in [", m, ", ", n, "], got ",
               out.sizes());
   if (out.numel() == 0) return;
-  TORCH_CHECK(out.stride(d - 1) == 1 || n == 1, op, ": out must have stride(-1) == 1, got strides ",
-              out.strides());
+  WGRAD_CHECK(out.stride(d - 1) == 1 || n == 1, op, ": out must have stride(-1) == 1, got strides ", out.strides());
   for (int64_t i = 0; i + 1 < d; ++i) {
-    TORCH_CHECK(out.stride(i) % 4 == 0 || out.size(i) == 1, op, ": out stride(", i,
+    WGRAD_CHECK(out.stride(i) % 4 == 0 || out.size(i) == 1, op, ": out stride(", i,
                 ") must be a multiple of 4 (16 bytes, TMA), got ", out.stride(i));
   }
-  TORCH_CHECK(m == 1 || out.stride(d - 2) >= n, op, ": out row stride must be >= N = ", n, ", got ",
-              out.stride(d - 2));
-  TORCH_CHECK(aligned(out, kTmaAlignBytes), op, ": out data pointer must be 16-byte aligned, got storage offset ",
+  WGRAD_CHECK(m == 1 || out.stride(d - 2) >= n, op, ": out row stride must be >= N = ", n, ", got ", out.stride(d - 2));
+  WGRAD_CHECK(aligned(out, kTmaAlignBytes), op, ": out data pointer must be 16-byte aligned, got storage offset ",
               out.storage_offset());
 }
 
@@ -82,48 +76,58 @@ struct ByteSpan {
   int64_t first;
   int64_t last;
 };
-ByteSpan byte_span(const at::Tensor& t) {
+ByteSpan byte_span(const torch::stable::Tensor& t) {
   int64_t last_element = 0;
   for (int64_t i = 0; i < t.dim(); ++i) last_element += (t.size(i) - 1) * t.stride(i);
   const int64_t first = t.storage_offset() * static_cast<int64_t>(t.element_size());
   return {first, first + (last_element + 1) * static_cast<int64_t>(t.element_size())};
 }
 
+// The address where t's storage starts: its first element's less its storage offset. (The stable ABI has no
+// storage object to compare; tensors of one storage agree on this address, and tensors of two storages only
+// when these share memory, which counts as one storage here.)
+uintptr_t storage_start(const torch::stable::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) -
+         static_cast<uintptr_t>(t.storage_offset()) * t.element_size();
+}
+
 // The kernels write out while they read the operands: out's memory must not overlap any of theirs (the spans
 // of their elements in one storage intersecting counts as overlapping).
-void check_out_apart(const char* op, const at::Tensor& out,
-                     std::initializer_list<std::pair<const char*, const at::Tensor*>> inputs) {
+void check_out_apart(const char* op, const torch::stable::Tensor& out,
+                     std::initializer_list<std::pair<const char*, const torch::stable::Tensor*>> inputs) {
   if (out.numel() == 0) return;
   const ByteSpan o = byte_span(out);
   for (const auto& [name, t] : inputs) {
-    if (t->numel() == 0 || !out.storage().is_alias_of(t->storage())) continue;
+    if (t->numel() == 0 || storage_start(*t) != storage_start(out)) continue;
     const ByteSpan s = byte_span(*t);
-    TORCH_CHECK(o.last <= s.first || s.last <= o.first, op, ": out must not overlap ", name,
+    WGRAD_CHECK(o.last <= s.first || s.last <= o.first, op, ": out must not overlap ", name,
                 " in memory (the kernel writes out while it reads ", name, "), got out at bytes [", o.first, ", ",
                 o.last, ") and ", name, " at bytes [", s.first, ", ", s.last, ") of one storage");
   }
 }
 
 // Shared by both k-grouped layouts: out [G, M, N].
-void check_grouped_out(const char* op, const at::Tensor& out, int64_t groups) {
-  TORCH_CHECK(out.dim() == 3, op, ": out must be 3-D [G, M, N], got ", out.dim(), "-D ", out.sizes());
-  TORCH_CHECK(out.size(0) == groups, op, ": out.shape[0] must equal the number of groups ", groups, ", got ",
+void check_grouped_out(const char* op, const torch::stable::Tensor& out, int64_t groups) {
+  WGRAD_CHECK(out.dim() == 3, op, ": out must be 3-D [G, M, N], got ", out.dim(), "-D ", out.sizes());
+  WGRAD_CHECK(out.size(0) == groups, op, ": out.shape[0] must equal the number of groups ", groups, ", got ",
               out.size(0));
 }
 
 }  // namespace
 
-void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
-                                      const at::Tensor& sb, const at::Tensor& out) {
+void check_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                      const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                      const torch::stable::Tensor& out) {
   constexpr const char* op = "wgrad_gemm_fp8_fp8_fp32_nt";
-  TORCH_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K], got ", a.dim(), "-D ", a.sizes());
-  TORCH_CHECK(b.dim() == 2, op, ": b must be 2-D [N, K], got ", b.dim(), "-D ", b.sizes());
-  TORCH_CHECK(out.dim() == 2, op, ": out must be 2-D [M, N], got ", out.dim(), "-D ", out.sizes());
+  WGRAD_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K], got ", a.dim(), "-D ", a.sizes());
+  WGRAD_CHECK(b.dim() == 2, op, ": b must be 2-D [N, K], got ", b.dim(), "-D ", b.sizes());
+  WGRAD_CHECK(out.dim() == 2, op, ": out must be 2-D [M, N], got ", out.dim(), "-D ", out.sizes());
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
-  TORCH_CHECK(b.size(1) == k, op, ": b must have K = ", k, " columns like a, got ", b.size(1));
-  TORCH_CHECK(k % 16 == 0, op,
+  WGRAD_CHECK(b.size(1) == k, op, ": b must have K = ", k, " columns like a, got ", b.size(1));
+  WGRAD_CHECK(k % 16 == 0, op,
               ": K must be a multiple of 16 (16-byte TMA rows; k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous "
-              "takes any K as one group), got ", k);
+              "takes any K as one group), got ",
+              k);
   for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}}) {
     check_same_device(op, out, name, *t);
   }
@@ -136,12 +140,12 @@ void check_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa,
   check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}});
 }
 
-void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::Tensor& sa,
-                                                const at::Tensor& b, const at::Tensor& sb,
-                                                const at::Tensor& out, c10::IntArrayRef ks) {
+void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                                const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                                const torch::stable::Tensor& out, IntArrayRef ks) {
   constexpr const char* op = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt";
   const int64_t groups = static_cast<int64_t>(ks.size());
-  TORCH_CHECK(groups >= 1, op, ": ks must name at least one group, got an empty list");
+  WGRAD_CHECK(groups >= 1, op, ": ks must name at least one group, got an empty list");
   check_grouped_out(op, out, groups);
   for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}}) {
     check_same_device(op, out, name, *t);
@@ -149,19 +153,18 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::T
   const int64_t m = out.size(1), n = out.size(2);
   int64_t k_total = 0, kb_total = 0;
   for (int64_t g = 0; g < groups; ++g) {
-    TORCH_CHECK(ks[g] >= 0, op, ": ks[", g, "] must be >= 0, got ", ks[g]);
-    TORCH_CHECK(ks[g] % 16 == 0, op, ": ks[", g, "] must be a multiple of 16 (16-byte TMA rows), got ", ks[g]);
+    WGRAD_CHECK(ks[g] >= 0, op, ": ks[", g, "] must be >= 0, got ", ks[g]);
+    WGRAD_CHECK(ks[g] % 16 == 0, op, ": ks[", g, "] must be a multiple of 16 (16-byte TMA rows), got ", ks[g]);
     k_total += ks[g];
     kb_total += ceil_div(ks[g], kScaleBlockK);
   }
   for (auto [name, t, rows] : {std::tuple{"a", &a, m}, {"b", &b, n}}) {
-    TORCH_CHECK(t->scalar_type() == at::kFloat8_e4m3fn, op, ": ", name, " must be float8_e4m3fn, got ",
+    WGRAD_CHECK(t->scalar_type() == ScalarType::Float8_e4m3fn, op, ": ", name, " must be float8_e4m3fn, got ",
                 t->scalar_type());
-    TORCH_CHECK(t->is_contiguous(), op, ": ", name, " must be contiguous (packed groups), got strides ",
-                t->strides());
-    TORCH_CHECK(t->numel() == rows * k_total, op, ": ", name, " must hold ", rows, " * sum(ks) = ", rows * k_total,
+    WGRAD_CHECK(t->is_contiguous(), op, ": ", name, " must be contiguous (packed groups), got strides ", t->strides());
+    WGRAD_CHECK(t->numel() == rows * k_total, op, ": ", name, " must hold ", rows, " * sum(ks) = ", rows * k_total,
                 " elements, got ", t->numel());
-    TORCH_CHECK(t->numel() == 0 || aligned(*t, kTmaAlignBytes), op, ": ", name,
+    WGRAD_CHECK(t->numel() == 0 || aligned(*t, kTmaAlignBytes), op, ": ", name,
                 " data pointer must be 16-byte aligned, got storage offset ", t->storage_offset());
   }
   check_mn_major_scales(op, "sa", sa, m, kb_total);
@@ -170,42 +173,42 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const at::Tensor& a, const at::T
   check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}});
 }
 
-void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(const at::Tensor& a, const at::Tensor& sa,
-                                                           const at::Tensor& b, const at::Tensor& sb,
-                                                           const at::Tensor& out, const at::Tensor& ks) {
+void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
+    const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
+    const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks) {
   constexpr const char* op = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous";
-  TORCH_CHECK(ks.scalar_type() == at::kInt, op, ": ks must be int32, got ", ks.scalar_type());
-  TORCH_CHECK(ks.dim() == 1, op, ": ks must be 1-D [G], got ", ks.dim(), "-D ", ks.sizes());
-  TORCH_CHECK(ks.is_contiguous(), op, ": ks must be contiguous, got strides ", ks.strides());
+  WGRAD_CHECK(ks.scalar_type() == ScalarType::Int, op, ": ks must be int32, got ", ks.scalar_type());
+  WGRAD_CHECK(ks.dim() == 1, op, ": ks must be 1-D [G], got ", ks.dim(), "-D ", ks.sizes());
+  WGRAD_CHECK(ks.is_contiguous(), op, ": ks must be contiguous, got strides ", ks.strides());
   const int64_t groups = ks.size(0);
-  TORCH_CHECK(groups >= 1, op, ": ks must name at least one group, got an empty tensor");
+  WGRAD_CHECK(groups >= 1, op, ": ks must name at least one group, got an empty tensor");
   check_grouped_out(op, out, groups);
   for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"ks", &ks}}) {
     check_same_device(op, out, name, *t);
   }
-  TORCH_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K_total], got ", a.dim(), "-D ", a.sizes());
-  TORCH_CHECK(b.dim() == 2, op, ": b must be 2-D [N, K_total], got ", b.dim(), "-D ", b.sizes());
+  WGRAD_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K_total], got ", a.dim(), "-D ", a.sizes());
+  WGRAD_CHECK(b.dim() == 2, op, ": b must be 2-D [N, K_total], got ", b.dim(), "-D ", b.sizes());
   const int64_t m = out.size(1), n = out.size(2), k_total = a.size(1);
-  TORCH_CHECK(b.size(1) == k_total, op, ": b must have K_total = ", k_total, " columns like a, got ", b.size(1));
+  WGRAD_CHECK(b.size(1) == k_total, op, ": b must have K_total = ", k_total, " columns like a, got ", b.size(1));
   check_fp8_operand(op, "a", a, m, k_total);
   check_fp8_operand(op, "b", b, n, k_total);
   const int64_t kb_cap = k_block_capacity(k_total, groups);
   for (auto [name, s, rows] : {std::tuple{"sa", &sa, m}, {"sb", &sb, n}}) {
-    TORCH_CHECK(s->dim() == 2 && s->size(1) >= kb_cap, op, ": ", name, " must be [", rows, ", >= ", kb_cap,
+    WGRAD_CHECK(s->dim() == 2 && s->size(1) >= kb_cap, op, ": ", name, " must be [", rows, ", >= ", kb_cap,
                 "] (ceil(K_total/128) + G - 1 blocks: blocks restart at every group), got ", s->sizes());
     check_mn_major_scales(op, name, *s, rows, s->size(1));
   }
   check_fp32_out(op, out, m, n);
   check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"ks", &ks}});
-  if (ks.device().is_cpu()) {
+  if (ks.is_cpu()) {
     // On the CPU the sizes can be read without a synchronisation; on CUDA the kernel validates them.
     const int32_t* sizes = ks.const_data_ptr<int32_t>();
     int64_t sum = 0;
     for (int64_t g = 0; g < groups; ++g) {
-      TORCH_CHECK(sizes[g] >= 0, op, ": ks[", g, "] must be >= 0, got ", sizes[g]);
+      WGRAD_CHECK(sizes[g] >= 0, op, ": ks[", g, "] must be >= 0, got ", sizes[g]);
       sum += sizes[g];
     }
-    TORCH_CHECK(sum == k_total, op, ": sum(ks) must equal K_total = ", k_total, ", got ", sum);
+    WGRAD_CHECK(sum == k_total, op, ": sum(ks) must equal K_total = ", k_total, ", got ", sum);
   }
 }
 
@@ -217,73 +220,74 @@ constexpr int64_t kMaxColTiles = 65535;  // gridDim.y of the generic kernel: one
 
 }  // namespace
 
-void check_quantize_input(const char* op, const at::Tensor& x) {
-  TORCH_CHECK(x.dim() == 2, op, ": x must be 2-D [R, C] (the Python layer flattens leading dims), got ", x.dim(),
-              "-D ", x.sizes());
+void check_quantize_input(const char* op, const torch::stable::Tensor& x) {
+  WGRAD_CHECK(x.dim() == 2, op, ": x must be 2-D [R, C] (the Python layer flattens leading dims), got ", x.dim(), "-D ",
+              x.sizes());
   const auto dt = x.scalar_type();
-  TORCH_CHECK(dt == at::kBFloat16 || dt == at::kHalf || dt == at::kFloat, op,
+  WGRAD_CHECK(dt == ScalarType::BFloat16 || dt == ScalarType::Half || dt == ScalarType::Float, op,
               ": x must be bfloat16, float16 or float32, got ", dt);
-  TORCH_CHECK(x.is_contiguous(), op, ": x must be contiguous (row-major [R, C]), got strides ", x.strides(),
+  WGRAD_CHECK(x.is_contiguous(), op, ": x must be contiguous (row-major [R, C]), got strides ", x.strides(),
               " for shape ", x.sizes());
-  TORCH_CHECK(x.size(0) <= std::numeric_limits<int32_t>::max(), op, ": x must have at most 2^31 - 1 rows, got ",
+  WGRAD_CHECK(x.size(0) <= std::numeric_limits<int32_t>::max(), op, ": x must have at most 2^31 - 1 rows, got ",
               x.size(0));
-  TORCH_CHECK(ceil_div(x.size(1), kScaleBlockK) <= kMaxColTiles, op, ": x must have at most ",
+  WGRAD_CHECK(ceil_div(x.size(1), kScaleBlockK) <= kMaxColTiles, op, ": x must have at most ",
               kMaxColTiles * kScaleBlockK, " columns (one CTA per 128), got ", x.size(1));
 }
 
-void check_segment_sizes(const char* op, const at::Tensor& x, const at::Tensor& sizes) {
-  TORCH_CHECK(sizes.scalar_type() == at::kInt, op, ": sizes must be int32, got ", sizes.scalar_type());
-  TORCH_CHECK(sizes.dim() == 1, op, ": sizes must be 1-D [G], got ", sizes.dim(), "-D ", sizes.sizes());
-  TORCH_CHECK(sizes.size(0) >= 1, op, ": sizes must name at least one segment, got an empty tensor");
-  TORCH_CHECK(sizes.is_contiguous(), op, ": sizes must be contiguous, got strides ", sizes.strides());
-  TORCH_CHECK(sizes.device() == x.device(), op, ": sizes must be on ", x.device(), " like x, got ", sizes.device());
-  if (sizes.device().is_cpu()) {
+void check_segment_sizes(const char* op, const torch::stable::Tensor& x, const torch::stable::Tensor& sizes) {
+  WGRAD_CHECK(sizes.scalar_type() == ScalarType::Int, op, ": sizes must be int32, got ", sizes.scalar_type());
+  WGRAD_CHECK(sizes.dim() == 1, op, ": sizes must be 1-D [G], got ", sizes.dim(), "-D ", sizes.sizes());
+  WGRAD_CHECK(sizes.size(0) >= 1, op, ": sizes must name at least one segment, got an empty tensor");
+  WGRAD_CHECK(sizes.is_contiguous(), op, ": sizes must be contiguous, got strides ", sizes.strides());
+  WGRAD_CHECK(sizes.device() == x.device(), op, ": sizes must be on ", x.device(), " like x, got ", sizes.device());
+  if (sizes.is_cpu()) {
     // On the CPU the values can be read without a synchronisation; on CUDA the kernel validates them.
     const int32_t* s = sizes.const_data_ptr<int32_t>();
     int64_t sum = 0;
     for (int64_t g = 0; g < sizes.size(0); ++g) {
-      TORCH_CHECK(s[g] >= 0, op, ": sizes[", g, "] must be >= 0, got ", s[g]);
+      WGRAD_CHECK(s[g] >= 0, op, ": sizes[", g, "] must be >= 0, got ", s[g]);
       sum += s[g];
     }
-    TORCH_CHECK(sum == x.size(0), op, ": sum(sizes) must equal the rows of x, R = ", x.size(0), ", got ", sum);
+    WGRAD_CHECK(sum == x.size(0), op, ": sum(sizes) must equal the rows of x, R = ", x.size(0), ", got ", sum);
   }
 }
 
 void check_segment_pad(const char* op, int64_t pad) {
-  TORCH_CHECK(pad == 16 || pad == 32 || pad == 64 || pad == 128, op, ": pad must be 16, 32, 64 or 128, got ", pad);
+  WGRAD_CHECK(pad == 16 || pad == 32 || pad == 64 || pad == 128, op, ": pad must be 16, 32, 64 or 128, got ", pad);
 }
 
-void check_quantize_fp8_1x128(const at::Tensor& x) { check_quantize_input("quantize_fp8_1x128", x); }
+void check_quantize_fp8_1x128(const torch::stable::Tensor& x) { check_quantize_input("quantize_fp8_1x128", x); }
 
-void check_quantize_fp8_1x128_segments(const at::Tensor& x, const at::Tensor& sizes) {
+void check_quantize_fp8_1x128_segments(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes) {
   constexpr const char* op = "quantize_fp8_1x128_colwise_segments";
   check_quantize_input(op, x);
   check_segment_sizes(op, x, sizes);
 }
 
-void check_quantize_fp8_1x128_segments_padded(const at::Tensor& x, const at::Tensor& sizes, int64_t pad) {
+void check_quantize_fp8_1x128_segments_padded(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
+                                              int64_t pad) {
   constexpr const char* op = "quantize_fp8_1x128_colwise_segments_padded";
   check_quantize_input(op, x);
   check_segment_sizes(op, x, sizes);
   check_segment_pad(op, pad);
 }
 
-void check_quantize_fp8_1x128_segments_plan(c10::string_view plan) {
+void check_quantize_fp8_1x128_segments_plan(std::string_view plan) {
   parse_segments_plan("_quantize_fp8_1x128_colwise_segments_with_plan", std::string(plan));
 }
 
-void check_quantize_fp8_128x128(const at::Tensor& w) {
+void check_quantize_fp8_128x128(const torch::stable::Tensor& w) {
   constexpr const char* op = "quantize_fp8_128x128";
-  TORCH_CHECK(w.dim() == 2, op, ": w must be 2-D [N, K], got ", w.dim(), "-D ", w.sizes());
+  WGRAD_CHECK(w.dim() == 2, op, ": w must be 2-D [N, K], got ", w.dim(), "-D ", w.sizes());
   const auto dt = w.scalar_type();
-  TORCH_CHECK(dt == at::kBFloat16 || dt == at::kHalf || dt == at::kFloat, op,
+  WGRAD_CHECK(dt == ScalarType::BFloat16 || dt == ScalarType::Half || dt == ScalarType::Float, op,
               ": w must be bfloat16, float16 or float32, got ", dt);
-  TORCH_CHECK(w.is_contiguous(), op, ": w must be contiguous (row-major [N, K]), got strides ", w.strides(),
+  WGRAD_CHECK(w.is_contiguous(), op, ": w must be contiguous (row-major [N, K]), got strides ", w.strides(),
               " for shape ", w.sizes());
   // One CTA per 128 x 128 block: gridDim.y counts the row blocks, gridDim.x the column blocks.
-  TORCH_CHECK(ceil_div(w.size(0), kScaleBlockK) <= 65535, op, ": w must have at most ", 65535 * kScaleBlockK,
+  WGRAD_CHECK(ceil_div(w.size(0), kScaleBlockK) <= 65535, op, ": w must have at most ", 65535 * kScaleBlockK,
               " rows, got ", w.size(0));
-  TORCH_CHECK(ceil_div(w.size(1), kScaleBlockK) <= INT32_MAX, op, ": w must have at most ",
+  WGRAD_CHECK(ceil_div(w.size(1), kScaleBlockK) <= INT32_MAX, op, ": w must have at most ",
               int64_t{INT32_MAX} * kScaleBlockK, " columns, got ", w.size(1));
 }
 

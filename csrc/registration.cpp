@@ -58,12 +58,14 @@
 //                (its transpose) contiguous: the operands of fprop (x W^T) and dgrad (dY W).
 // ===================================================================================================
 
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
 
 #include "checks.h"
 #include "ops.h"
 
-TORCH_LIBRARY(wgrad, m) {
+// Through torch's stable ABI (common/stable.h): STABLE_TORCH_LIBRARY registers the same schemas that
+// TORCH_LIBRARY did, and TORCH_BOX turns each C++ function into the boxed kernel the C shim takes.
+STABLE_TORCH_LIBRARY(wgrad, m) {
   m.def("wgrad_gemm_fp8_fp8_fp32_nt(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor(a!) out) -> ()");
   m.def(
       "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor(a!) out, "
@@ -103,49 +105,58 @@ TORCH_LIBRARY(wgrad, m) {
   m.def("_check_quantize_fp8_128x128(Tensor w) -> ()");
   m.def("_check_quantize_fp8_1x128_segments(Tensor x, Tensor sizes) -> ()");
   m.def("_check_quantize_fp8_1x128_segments_padded(Tensor x, Tensor sizes, int pad) -> ()");
-  // (No tensor argument: one kernel for every backend, fake tensors included.)
-  m.def("_check_quantize_fp8_1x128_segments_plan(str plan) -> ()", &wgrad::check_quantize_fp8_1x128_segments_plan);
+  m.def("_check_quantize_fp8_1x128_segments_plan(str plan) -> ()");
 }
 
 namespace {
 
-// The checks run on every backend that holds real data.
-void register_checks(torch::Library& m) {
-  m.impl("_check_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::check_wgrad_gemm_fp8_fp8_fp32_nt);
-  m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt);
+// The checks run on every backend that holds real data. (A template: the stable library's type is torch's
+// detail.)
+template <class Library>
+void register_checks(Library& m) {
+  m.impl("_check_wgrad_gemm_fp8_fp8_fp32_nt", TORCH_BOX(&wgrad::check_wgrad_gemm_fp8_fp8_fp32_nt));
+  m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", TORCH_BOX(&wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt));
   m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
-         &wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous);
-  m.impl("_check_quantize_fp8_1x128", &wgrad::check_quantize_fp8_1x128);
-  m.impl("_check_quantize_fp8_1x128_segments", &wgrad::check_quantize_fp8_1x128_segments);
-  m.impl("_check_quantize_fp8_1x128_segments_padded", &wgrad::check_quantize_fp8_1x128_segments_padded);
-  m.impl("_check_quantize_fp8_128x128", &wgrad::check_quantize_fp8_128x128);
+         TORCH_BOX(&wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous));
+  m.impl("_check_quantize_fp8_1x128", TORCH_BOX(&wgrad::check_quantize_fp8_1x128));
+  m.impl("_check_quantize_fp8_1x128_segments", TORCH_BOX(&wgrad::check_quantize_fp8_1x128_segments));
+  m.impl("_check_quantize_fp8_1x128_segments_padded", TORCH_BOX(&wgrad::check_quantize_fp8_1x128_segments_padded));
+  m.impl("_check_quantize_fp8_128x128", TORCH_BOX(&wgrad::check_quantize_fp8_128x128));
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(wgrad, CPU, m) { register_checks(m); }
+STABLE_TORCH_LIBRARY_IMPL(wgrad, CPU, m) { register_checks(m); }
 
-TORCH_LIBRARY_IMPL(wgrad, CUDA, m) {
+STABLE_TORCH_LIBRARY_IMPL(wgrad, CUDA, m) {
   register_checks(m);
 
-  m.impl("wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::wgrad_gemm_fp8_fp8_fp32_nt_cuda);
-  m.impl("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", &wgrad::k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda);
+  m.impl("wgrad_gemm_fp8_fp8_fp32_nt", TORCH_BOX(&wgrad::wgrad_gemm_fp8_fp8_fp32_nt_cuda));
+  m.impl("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", TORCH_BOX(&wgrad::k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda));
   m.impl("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
-         &wgrad::k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda);
-  m.impl("quantize_fp8_1x128_rowwise", &wgrad::quantize_fp8_1x128_rowwise_cuda);
-  m.impl("quantize_fp8_1x128_colwise", &wgrad::quantize_fp8_1x128_colwise_cuda);
-  m.impl("quantize_fp8_1x128_both", &wgrad::quantize_fp8_1x128_both_cuda);
-  m.impl("quantize_fp8_1x128_colwise_segments", &wgrad::quantize_fp8_1x128_colwise_segments_cuda);
-  m.impl("quantize_fp8_1x128_colwise_segments_padded", &wgrad::quantize_fp8_1x128_colwise_segments_padded_cuda);
+         TORCH_BOX(&wgrad::k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda));
+  m.impl("quantize_fp8_1x128_rowwise", TORCH_BOX(&wgrad::quantize_fp8_1x128_rowwise_cuda));
+  m.impl("quantize_fp8_1x128_colwise", TORCH_BOX(&wgrad::quantize_fp8_1x128_colwise_cuda));
+  m.impl("quantize_fp8_1x128_both", TORCH_BOX(&wgrad::quantize_fp8_1x128_both_cuda));
+  m.impl("quantize_fp8_1x128_colwise_segments", TORCH_BOX(&wgrad::quantize_fp8_1x128_colwise_segments_cuda));
+  m.impl("quantize_fp8_1x128_colwise_segments_padded",
+         TORCH_BOX(&wgrad::quantize_fp8_1x128_colwise_segments_padded_cuda));
   m.impl("_quantize_fp8_1x128_colwise_segments_with_plan",
-         &wgrad::quantize_fp8_1x128_colwise_segments_with_plan_cuda);
-  m.impl("quantize_fp8_128x128", &wgrad::quantize_fp8_128x128_cuda);
+         TORCH_BOX(&wgrad::quantize_fp8_1x128_colwise_segments_with_plan_cuda));
+  m.impl("quantize_fp8_128x128", TORCH_BOX(&wgrad::quantize_fp8_128x128_cuda));
+}
+
+// No tensor argument, so no backend to dispatch on: one kernel for every call, fake tensors included (what
+// TORCH_LIBRARY's def(schema, function) registered).
+STABLE_TORCH_LIBRARY_IMPL(wgrad, CompositeImplicitAutograd, m) {
+  m.impl("_check_quantize_fp8_1x128_segments_plan", TORCH_BOX(&wgrad::check_quantize_fp8_1x128_segments_plan));
 }
 
 // CPU kernels of the public ops are the reference math, registered from python/wgrad/_ops.py and quant.py;
 // the private op's from python/wgrad/_plans.py.
 
-// A Python module object so that `import wgrad._C` loads the library (and its registrations).
+// A Python module object so that `import wgrad._C` loads the library (and its registrations). Python's
+// limited API only (setup.py builds with Py_LIMITED_API 3.10): one binary for every CPython from 3.10 on.
 #include <Python.h>
-static struct PyModuleDef wgrad_module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+static struct PyModuleDef wgrad_module = {.m_base = PyModuleDef_HEAD_INIT, .m_name = "_C", .m_size = -1};
 PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&wgrad_module); }

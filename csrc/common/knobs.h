@@ -9,10 +9,9 @@
 // shapes; tests reach the forced paths through explicit arguments (quant/plan.h), not the environment.
 #pragma once
 
-#include <c10/util/Exception.h>
-
 #include <cstdlib>
 
+#include "common/stable.h"
 #include "kernels/gemm/tile_config.h"
 
 namespace wgrad {
@@ -35,7 +34,7 @@ inline int diag_bits() {
   if (v == nullptr) return 0;
   char* end = nullptr;
   const long bits = std::strtol(v, &end, 10);
-  TORCH_CHECK(*v != '\0' && *end == '\0', "WGRAD_DIAG must be an integer (bits of kDiag*), got '", v, "'");
+  WGRAD_CHECK(*v != '\0' && *end == '\0', "WGRAD_DIAG must be an integer (bits of kDiag*), got '", v, "'");
   return static_cast<int>(bits);
 #else
   return 0;

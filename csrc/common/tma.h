@@ -2,15 +2,15 @@
 // reason as a string), in the words of every host entry.
 #pragma once
 
-#include <c10/util/Exception.h>
-
 #include <string>
+
+#include "common/stable.h"
 
 namespace wgrad {
 
 // `err` empty: the descriptor of `what` was built; else an error naming the op, the tensor and the reason.
 inline void check_tma_descriptor(const char* op, const char* what, const std::string& err) {
-  TORCH_CHECK(err.empty(), op, ": could not build the TMA descriptor of ", what, ": ", err);
+  WGRAD_CHECK(err.empty(), op, ": could not build the TMA descriptor of ", what, ": ", err);
 }
 
 }  // namespace wgrad

@@ -5,15 +5,16 @@
 
 namespace wgrad {
 
-void wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
-                                     const at::Tensor& sb, const at::Tensor& out) {
+void wgrad_gemm_fp8_fp8_fp32_nt_cuda(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                     const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                     const torch::stable::Tensor& out) {
   constexpr const char* op = "wgrad_gemm_fp8_fp8_fp32_nt";
   check_wgrad_gemm_fp8_fp8_fp32_nt(a, sa, b, sb, out);
   check_sm90(op, out);
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   if (m == 0 || n == 0 || k == 0) return;  // out += 0: nothing to write
-  TORCH_CHECK(k <= INT32_MAX, op, ": K must fit TMA's 32-bit coordinates, got ", k);
-  const c10::cuda::CUDAGuard guard(out.device());
+  WGRAD_CHECK(k <= INT32_MAX, op, ": K must fit TMA's 32-bit coordinates, got ", k);
+  const DeviceGuard guard(out.get_device_index());
 
   const int block_n = choose_block_n(m, n, 1, out);
   GemmParamsSm90<GroupMode::Dense> p;

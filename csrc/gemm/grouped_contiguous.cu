@@ -8,9 +8,9 @@
 
 namespace wgrad {
 
-void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(const at::Tensor& a, const at::Tensor& sa,
-                                                          const at::Tensor& b, const at::Tensor& sb,
-                                                          const at::Tensor& out, const at::Tensor& ks) {
+void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(
+    const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
+    const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks) {
   constexpr const char* op = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous";
   check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, ks);
   check_sm90(op, out);
@@ -18,9 +18,9 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(const at::Tensor& a, c
   const int64_t m = out.size(1), n = out.size(2), k_total = a.size(1);
   // K_total == 0: valid sizes are all zero and leave out untouched; invalid ones do too.
   if (m == 0 || n == 0 || k_total == 0) return;
-  TORCH_CHECK(k_total <= INT32_MAX, op, ": K_total must fit TMA's 32-bit coordinates, got ", k_total);
-  TORCH_CHECK(groups <= INT32_MAX, op, ": too many groups: ", groups);
-  const c10::cuda::CUDAGuard guard(out.device());
+  WGRAD_CHECK(k_total <= INT32_MAX, op, ": K_total must fit TMA's 32-bit coordinates, got ", k_total);
+  WGRAD_CHECK(groups <= INT32_MAX, op, ": too many groups: ", groups);
+  const DeviceGuard guard(out.get_device_index());
   const int block_n = choose_block_n(m, n, groups, out);
 
   GemmParamsSm90<GroupMode::Contiguous> p;

@@ -19,8 +19,9 @@
 
 namespace wgrad {
 
-void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b,
-                                               const at::Tensor& sb, const at::Tensor& out, c10::IntArrayRef ks) {
+void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                               const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                               const torch::stable::Tensor& out, IntArrayRef ks) {
   constexpr const char* op = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt";
   check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(a, sa, b, sb, out, ks);
   check_sm90(op, out);
@@ -29,8 +30,8 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Te
   int64_t non_empty = 0;
   for (int64_t k : ks) non_empty += k > 0;
   if (m == 0 || n == 0 || non_empty == 0) return;
-  TORCH_CHECK(groups <= INT32_MAX, op, ": too many groups: ", groups);
-  const c10::cuda::CUDAGuard guard(out.device());
+  WGRAD_CHECK(groups <= INT32_MAX, op, ": too many groups: ", groups);
+  const DeviceGuard guard(out.get_device_index());
 
   const int block_n = choose_block_n(m, n, non_empty, out);
   const auto* a_ptr = static_cast<const uint8_t*>(a.const_data_ptr());
@@ -45,12 +46,12 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const at::Tensor& a, const at::Te
   int64_t k_offset = 0, kb_offset = 0;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t kg = ks[g];
-    TORCH_CHECK(kg <= INT32_MAX, op, ": ks[", g, "] must fit TMA's 32-bit coordinates, got ", kg);
+    WGRAD_CHECK(kg <= INT32_MAX, op, ": ks[", g, "] must fit TMA's 32-bit coordinates, got ", kg);
     if (kg > 0) work.push_back({g, kg, k_offset, kb_offset});
     k_offset += kg;
     kb_offset += ceil_div(kg, kScaleBlockK);
   }
-  TORCH_CHECK(kb_offset <= INT32_MAX, op, ": too many scale blocks: ", kb_offset);
+  WGRAD_CHECK(kb_offset <= INT32_MAX, op, ": too many scale blocks: ", kb_offset);
 
   // Scales and out are shared by every launch; each launch refills its groups and its scheduler.
   GemmParamsSm90<GroupMode::Packed> p;

@@ -1,10 +1,6 @@
-// \brief Shared pieces of the GEMM host entries (ATen side): the scale and out descriptors, the tile
-// width, the launch.
+// \brief Shared pieces of the GEMM host entries (torch side, stable ABI): the scale and out descriptors, the
+// tile width, the launch.
 #pragma once
-
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include <cstdint>
 
@@ -17,41 +13,42 @@ namespace wgrad {
 
 // Descriptors of the per-row scales and of out, shared by every mode.
 template <GroupMode kMode>
-void set_scale_and_out_descs(const char* op, GemmParamsSm90<kMode>& p, const at::Tensor& sa, const at::Tensor& sb,
-                             const at::Tensor& out, int block_n) {
-  const int64_t m = out.size(-2), n = out.size(-1);
-  const int64_t g = out.dim() == 3 ? out.size(0) : 1;
+void set_scale_and_out_descs(const char* op, GemmParamsSm90<kMode>& p, const torch::stable::Tensor& sa,
+                             const torch::stable::Tensor& sb, const torch::stable::Tensor& out, int block_n) {
+  const int64_t d = out.dim();  // 2 (dense) or 3 (k-grouped: [G, M, N])
+  const int64_t m = out.size(d - 2), n = out.size(d - 1);
+  const int64_t g = d == 3 ? out.size(0) : 1;
   check_tma_descriptor(op, "sa",
                        make_scale_desc(&p.tma_sa, sa.const_data_ptr<float>(), m, sa.size(1), sa.stride(1), kBlockM));
   check_tma_descriptor(op, "sb",
                        make_scale_desc(&p.tma_sb, sb.const_data_ptr<float>(), n, sb.size(1), sb.stride(1), block_n));
   // The TMA reduce-add writes whole 16-byte chunks: it covers the columns [0, N & ~3) only and the
   // kernel's threads add the rest (epilogue_sm90.cuh).
-  TORCH_CHECK(m <= INT32_MAX && n <= INT32_MAX, op, ": M and N must fit TMA's 32-bit coordinates, got ", m, " and ", n);
+  WGRAD_CHECK(m <= INT32_MAX && n <= INT32_MAX, op, ": M and N must fit TMA's 32-bit coordinates, got ", m, " and ", n);
   const int64_t tma_cols = n & ~int64_t{3};
   if (tma_cols > 0) {
-    check_tma_descriptor(op, "out", make_out_desc(&p.tma_out, out.data_ptr<float>(), g, m, tma_cols, out.stride(-2),
-                                                  out.dim() == 3 ? out.stride(0) : 0, block_n));
+    check_tma_descriptor(op, "out",
+                         make_out_desc(&p.tma_out, out.mutable_data_ptr<float>(), g, m, tma_cols, out.stride(d - 2),
+                                       d == 3 ? out.stride(0) : 0, block_n));
   }
-  p.out = OutView{out.data_ptr<float>(), m > 1 ? out.stride(-2) : 0, g > 1 ? out.stride(0) : 0,
-                  static_cast<int>(m), static_cast<int>(n), static_cast<int>(tma_cols)};
+  p.out = OutView{out.mutable_data_ptr<float>(), m > 1 ? out.stride(d - 2) : 0, g > 1 ? out.stride(0) : 0,
+                  static_cast<int>(m),           static_cast<int>(n),           static_cast<int>(tma_cols)};
 }
 
 template <GroupMode kMode>
-void launch(const char* op, GemmParamsSm90<kMode>& p, int block_n, const at::Tensor& out) {
+void launch(const char* op, GemmParamsSm90<kMode>& p, int block_n, const torch::stable::Tensor& out) {
 #ifdef WGRAD_DIAG_VARIANTS
   p.diag = diag_bits();  // measurement build only: the bits drop parts of the work (kernels/common/diag.h)
 #endif
-  TORCH_CHECK(p.scheduler.total_cluster_tiles() < INT32_MAX / 2, op, ": too many output tiles (",
-              p.scheduler.total_cluster_tiles(),
-              "): the persistent scheduler counts tiles in 32 bits");
-  const cudaError_t err = launch_gemm_sm90(p, block_n, num_sms_of(out), at::cuda::getCurrentCUDAStream(out.device().index()));
-  TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
+  WGRAD_CHECK(p.scheduler.total_cluster_tiles() < INT32_MAX / 2, op, ": too many output tiles (",
+              p.scheduler.total_cluster_tiles(), "): the persistent scheduler counts tiles in 32 bits");
+  const cudaError_t err = launch_gemm_sm90(p, block_n, num_sms_of(out), current_stream(out));
+  WGRAD_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
 }
 
 // BLOCK_N for an M x N output repeated `batches` times: the heuristic of tile_config.h, unless
 // WGRAD_BLOCK_N names one of kBlockNCandidates (common/knobs.h).
-inline int choose_block_n(int64_t m, int64_t n, int64_t batches, const at::Tensor& out) {
+inline int choose_block_n(int64_t m, int64_t n, int64_t batches, const torch::stable::Tensor& out) {
   const int forced = forced_block_n();
   return forced != 0 ? forced : select_block_n(m, n, batches, num_sms_of(out));
 }

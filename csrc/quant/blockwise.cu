@@ -21,37 +21,35 @@ void launch_128x128(const quant::Blockwise128Params& p, cudaStream_t stream) {
   } else {
     quant::quantize_fp8_128x128_kernel<T, false><<<grid, quant::Blockwise128Config::kThreads, 0, stream>>>(p);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  WGRAD_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_128x128_cuda(const at::Tensor& w,
-                                                                                     bool ue8m0) {
+std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor>
+quantize_fp8_128x128_cuda(const torch::stable::Tensor& w, bool ue8m0) {
   constexpr const char* op = "quantize_fp8_128x128";
   check_quantize_fp8_128x128(w);
   check_sm90(op, w);
-  const c10::cuda::CUDAGuard guard(w.device());
+  const DeviceGuard guard(w.get_device_index());
   const int64_t rows = w.size(0), cols = w.size(1);
   const int64_t n_blocks = ceil_div(rows, kScaleBlockK), k_blocks = ceil_div(cols, kScaleBlockK);
-  const auto fp8 = w.options().dtype(at::kFloat8_e4m3fn);
-  const auto fp32 = w.options().dtype(at::kFloat);
-  at::Tensor q = at::empty({rows, cols}, fp8);
-  at::Tensor q_t = at::empty({cols, rows}, fp8);
-  at::Tensor scales = at::empty({n_blocks, k_blocks}, fp32);
-  at::Tensor scales_t = at::empty({k_blocks, n_blocks}, fp32);
+  torch::stable::Tensor q = empty_2d(w, rows, cols, ScalarType::Float8_e4m3fn);
+  torch::stable::Tensor q_t = empty_2d(w, cols, rows, ScalarType::Float8_e4m3fn);
+  torch::stable::Tensor scales = empty_2d(w, n_blocks, k_blocks, ScalarType::Float);
+  torch::stable::Tensor scales_t = empty_2d(w, k_blocks, n_blocks, ScalarType::Float);
   if (rows == 0 || cols == 0) return {q, scales, q_t, scales_t};
 
   quant::Blockwise128Params p{};
   p.w = w.const_data_ptr();
   p.rows = rows;
   p.cols = cols;
-  p.q = reinterpret_cast<uint8_t*>(q.data_ptr());
-  p.q_t = reinterpret_cast<uint8_t*>(q_t.data_ptr());
-  p.scales = scales.data_ptr<float>();
-  p.scales_t = scales_t.data_ptr<float>();
+  p.q = static_cast<uint8_t*>(q.mutable_data_ptr());
+  p.q_t = static_cast<uint8_t*>(q_t.mutable_data_ptr());
+  p.scales = scales.mutable_data_ptr<float>();
+  p.scales_t = scales_t.mutable_data_ptr<float>();
   p.ue8m0 = ue8m0;
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = current_stream(w);
   dispatch_x_type(w, [&](auto tag) { launch_128x128<decltype(tag)>(p, stream); });
   return {q, scales, q_t, scales_t};
 }

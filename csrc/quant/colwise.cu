@@ -12,10 +12,10 @@ namespace wgrad {
 namespace {
 
 template <quant::QuantMode kMode>
-void launch_column_cast(const char* op, const at::Tensor& x, const quant::QuantizeParams& p) {
+void launch_column_cast(const char* op, const torch::stable::Tensor& x, const quant::QuantizeParams& p) {
   const int64_t row_blocks = ceil_div(p.rows, quant::kBlock);
   if (row_blocks == 0 || p.cols == 0) return;
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = current_stream(x);
   const bool vec = vector_rows(p);
   dispatch_x_type(x, [&](auto tag) {
     using T = decltype(tag);
@@ -32,29 +32,30 @@ void launch_column_cast(const char* op, const at::Tensor& x, const quant::Quanti
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_cuda(const at::Tensor& x, bool ue8m0) {
+std::tuple<torch::stable::Tensor, torch::stable::Tensor> quantize_fp8_1x128_colwise_cuda(const torch::stable::Tensor& x,
+                                                                                         bool ue8m0) {
   constexpr const char* op = "quantize_fp8_1x128_colwise";
   check_quantize_input(op, x);
   check_sm90(op, x);
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor q_t = empty_q_t(x);
-  at::Tensor scales_t = empty_mn_major_scales(x, x.size(1), ceil_div(x.size(0), kScaleBlockK));
+  const DeviceGuard guard(x.get_device_index());
+  torch::stable::Tensor q_t = empty_q_t(x);
+  torch::stable::Tensor scales_t = empty_mn_major_scales(x, x.size(1), ceil_div(x.size(0), kScaleBlockK));
   quant::QuantizeParams p = base_params(x, ue8m0);
   set_colwise(p, q_t, scales_t);
   launch_column_cast<quant::QuantMode::Colwise>(op, x, p);
   return {q_t, scales_t};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_both_cuda(const at::Tensor& x,
-                                                                                        bool ue8m0) {
+std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor>
+quantize_fp8_1x128_both_cuda(const torch::stable::Tensor& x, bool ue8m0) {
   constexpr const char* op = "quantize_fp8_1x128_both";
   check_quantize_input(op, x);
   check_sm90(op, x);
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor q = empty_q(x);
-  at::Tensor scales = empty_mn_major_scales(x, x.size(0), ceil_div(x.size(1), kScaleBlockK));
-  at::Tensor q_t = empty_q_t(x);
-  at::Tensor scales_t = empty_mn_major_scales(x, x.size(1), ceil_div(x.size(0), kScaleBlockK));
+  const DeviceGuard guard(x.get_device_index());
+  torch::stable::Tensor q = empty_q(x);
+  torch::stable::Tensor scales = empty_mn_major_scales(x, x.size(0), ceil_div(x.size(1), kScaleBlockK));
+  torch::stable::Tensor q_t = empty_q_t(x);
+  torch::stable::Tensor scales_t = empty_mn_major_scales(x, x.size(1), ceil_div(x.size(0), kScaleBlockK));
   quant::QuantizeParams p = base_params(x, ue8m0);
   set_rowwise(p, q, scales);
   set_colwise(p, q_t, scales_t);

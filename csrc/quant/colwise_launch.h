@@ -1,15 +1,13 @@
 // \brief The persistent TMA kernel of the column casts (column-wise, both, segments) from the host: x's
-// descriptor, the kernel's parameters, its grid and launch. ATen side.
+// descriptor, the kernel's parameters, its grid and launch.
 #pragma once
-
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 
+#include "common/device.h"
 #include "common/tma.h"
 #include "kernels/common/layout.h"
 #include "kernels/common/tma_descriptor.h"
@@ -50,7 +48,7 @@ quant::ColwiseSm90Params colwise_sm90_params(const char* op, const quant::Quanti
   encode_x_descriptor<T>(op, &params.tma_x, p.x, p.rows, p.cols, Cfg::kTileCols, Cfg::kBoxRows);
   // The kernel counts tiles in 32 bits (TileOrder). (x would need 2^45 elements to exceed it.)
   const int64_t tiles = row_blocks * params.num_col_tiles;
-  TORCH_CHECK(tiles < (int64_t{1} << 31), op, ": x has ", tiles, " tiles of 128 x 128, more than 2^31 - 1");
+  WGRAD_CHECK(tiles < (int64_t{1} << 31), op, ": x has ", tiles, " tiles of 128 x 128, more than 2^31 - 1");
   return params;
 }
 
@@ -65,9 +63,9 @@ void launch_colwise_sm90(Kernel kernel, int64_t grid, const quant::ColwiseSm90Pa
   static_assert(sizeof(typename Cfg::SharedStorage) <= kSmemBudgetBytes,
                 "shared storage exceeds the budget of tile_config.h");
   constexpr int kSmemBytes = static_cast<int>(sizeof(typename Cfg::SharedStorage));
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  WGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, kSmemBytes, stream>>>(params);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  WGRAD_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace wgrad

@@ -1,9 +1,9 @@
 // \brief The plan string of _quantize_fp8_1x128_colwise_segments_with_plan (see plan.h).
 #include "quant/plan.h"
 
-#include <c10/util/Exception.h>
-
 #include <cstdlib>
+
+#include "common/stable.h"
 
 namespace wgrad {
 
@@ -68,7 +68,7 @@ SegmentsPlan parse_segments_plan(const char* op, const std::string& plan) {
         ok = parse_choice(value, slot == 2 ? &p.packed : &p.tail);
       }
     }
-    TORCH_CHECK(ok, op,
+    WGRAD_CHECK(ok, op,
                 ": plan must be 'auto' or comma-separated items, each at most once, of kernel=auto|tma|carry, "
                 "order=auto|ranges|cranges|S|cS (S in [1, 64]), packed=auto|on|off, tail=auto|on|off; got '",
                 plan, "' (item '", item, "')");

@@ -35,7 +35,7 @@ struct SegmentsPlan {
 // "auto" (or "") or comma-separated items, each at most once:
 //   kernel=auto|tma|carry   order=auto|ranges|cranges|S|cS (S in [1, 64]; c: shared by a CTA's groups)
 //   packed=auto|on|off      tail=auto|on|off
-// e.g. "kernel=tma,order=c12". Anything else throws c10::Error naming `op` and the plan.
+// e.g. "kernel=tma,order=c12". Anything else throws std::runtime_error naming `op` and the plan.
 SegmentsPlan parse_segments_plan(const char* op, const std::string& plan);
 
 // ---- the automatic choices -----------------------------------------------------------------------------

@@ -17,22 +17,23 @@ void launch_rowwise(const quant::QuantizeParams& p, cudaStream_t stream) {
   const int64_t blocks = p.rows * ceil_div(p.cols, kScaleBlockK);
   const int64_t grid = ceil_div(blocks, int64_t{Cfg::kBlocksPerCta} * Cfg::kUnroll<T, kVec>);
   quant::quantize_fp8_1x128_rowwise_kernel<T, kVec><<<static_cast<unsigned>(grid), Cfg::kThreads, 0, stream>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  WGRAD_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_rowwise_cuda(const at::Tensor& x, bool ue8m0) {
+std::tuple<torch::stable::Tensor, torch::stable::Tensor> quantize_fp8_1x128_rowwise_cuda(const torch::stable::Tensor& x,
+                                                                                         bool ue8m0) {
   constexpr const char* op = "quantize_fp8_1x128_rowwise";
   check_quantize_input(op, x);
   check_sm90(op, x);
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor q = empty_q(x);
-  at::Tensor scales = empty_mn_major_scales(x, x.size(0), ceil_div(x.size(1), kScaleBlockK));
+  const DeviceGuard guard(x.get_device_index());
+  torch::stable::Tensor q = empty_q(x);
+  torch::stable::Tensor scales = empty_mn_major_scales(x, x.size(0), ceil_div(x.size(1), kScaleBlockK));
   quant::QuantizeParams p = base_params(x, ue8m0);
   set_rowwise(p, q, scales);
   if (p.rows == 0 || p.cols == 0) return {q, scales};
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = current_stream(x);
   const bool vec = vector_rows(p);
   dispatch_x_type(x, [&](auto tag) {
     using T = decltype(tag);

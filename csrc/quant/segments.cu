@@ -5,8 +5,6 @@
 // kernel for rows that are not 16-byte aligned.
 #include "ops.h"
 
-#include <c10/cuda/CUDAException.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -34,16 +32,16 @@ constexpr int64_t kMaxRowBlocks = std::numeric_limits<int32_t>::max();  // gridD
 
 // The dynamic tail's counter for a launch on `stream`: 0 when the launch starts, and every launch leaves it
 // at 0. Outside graph capture, one counter per (device, stream) (launches on one stream run one after the
-// other; launches on two streams use two counters), made once with at::zeros on its stream. In a graph
+// other; launches on two streams use two counters), made once and zeroed on its stream. In a graph
 // being captured, a buffer of the call's own, set to 0 by a memset node before the kernel's (a graph may be
 // replayed on any stream, beside eager calls). `keep` holds that buffer until the launch is enqueued.
-int32_t* carry_counter(const at::Tensor& x, cudaStream_t stream, at::Tensor& keep) {
+int32_t* carry_counter(const torch::stable::Tensor& x, cudaStream_t stream, torch::stable::Tensor& keep) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  WGRAD_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone) {
-    keep = at::empty({1}, x.options().dtype(at::kInt));
-    C10_CUDA_CHECK(cudaMemsetAsync(keep.data_ptr<int32_t>(), 0, sizeof(int32_t), stream));
-    return keep.data_ptr<int32_t>();
+    keep = empty_1d(x, 1, ScalarType::Int);
+    WGRAD_CUDA_CHECK(cudaMemsetAsync(keep.mutable_data_ptr<int32_t>(), 0, sizeof(int32_t), stream));
+    return keep.mutable_data_ptr<int32_t>();
   }
   // A thread's last (device, stream) skips the lock and the map: a training step casts on one stream.
   struct Last {
@@ -52,15 +50,18 @@ int32_t* carry_counter(const at::Tensor& x, cudaStream_t stream, at::Tensor& kee
     int32_t* counter = nullptr;
   };
   thread_local Last last;
-  const int device = x.get_device();
+  const int device = x.get_device_index();
   if (last.counter != nullptr && last.device == device && last.stream == stream) return last.counter;
   static std::mutex mutex;
   // (Never freed: a tensor destroyed after the CUDA runtime at exit would crash; so `last` never dangles.)
-  static auto* counters = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
+  static auto* counters = new std::map<std::pair<int, cudaStream_t>, torch::stable::Tensor>();
   std::lock_guard<std::mutex> lock(mutex);
-  at::Tensor& counter = (*counters)[{device, stream}];
-  if (!counter.defined()) counter = at::zeros({1}, x.options().dtype(at::kInt));
-  last = {device, stream, counter.data_ptr<int32_t>()};
+  torch::stable::Tensor& counter = (*counters)[{device, stream}];
+  if (!counter.defined()) {
+    counter = empty_1d(x, 1, ScalarType::Int);
+    WGRAD_CUDA_CHECK(cudaMemsetAsync(counter.mutable_data_ptr<int32_t>(), 0, sizeof(int32_t), stream));
+  }
+  last = {device, stream, counter.mutable_data_ptr<int32_t>()};
   return last.counter;
 }
 
@@ -77,13 +78,13 @@ bool carry_kernel_fits(const quant::QuantizeParams& p, const quant::SegmentTable
 // kCtasPerSm CTAs per SM, each one contiguous range of the tiles (segments_carry.cuh), with or without the
 // dynamic tail (carry_tail_max_remainder).
 template <typename T>
-void launch_segments_carry(const at::Tensor& x, const quant::QuantizeParams& p,
+void launch_segments_carry(const torch::stable::Tensor& x, const quant::QuantizeParams& p,
                            const quant::SegmentTableArgs& segments, const SegmentsPlan& plan, int num_sms,
                            cudaStream_t stream) {
   using Cfg = quant::SegmentsCarryConfig;
   auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T>;
   const int smem_bytes = Cfg::smem_bytes(segments.num_row_blocks);
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  WGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   // Every CTA of the grid is resident at once (none waits for another to finish), without asking the driver:
   // the launch bounds keep the registers within 65536 / (kThreads * kCtasPerSm), and kCtasPerSm CTAs of the
   // largest table's shared memory, plus the 1 KB the SM reserves per CTA, fit in an SM90 SM's 228 KB.
@@ -91,13 +92,13 @@ void launch_segments_carry(const at::Tensor& x, const quant::QuantizeParams& p,
                 "kCtasPerSm CTAs of the largest table fit in one SM's shared memory");
   const unsigned grid = static_cast<unsigned>(num_sms * Cfg::kCtasPerSm);
   quant::CarryDynamic dyn;
-  at::Tensor keep;  // (a counter of the call's own, in graph capture)
+  torch::stable::Tensor keep;  // (a counter of the call's own, in graph capture)
   if (const std::optional<int32_t> max_remainder = carry_tail_max_remainder(plan, grid)) {
     dyn.max_remainder = *max_remainder;
     dyn.counter = carry_counter(x, stream, keep);
   }
   kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(p, segments, dyn);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  WGRAD_KERNEL_LAUNCH_CHECK();
 }
 
 // ---- the persistent TMA kernel ----------------------------------------------------------------------------
@@ -127,7 +128,7 @@ void tabulate_auto_strips(quant::ColwiseSm90Params& params, int64_t grid, int gr
     const quant::SegmentBlockRange range = quant::segment_block_range(rows, segments);
     t.first = static_cast<int32_t>(range.first);
     t.count = static_cast<int32_t>(range.last - range.first + 1);
-    TORCH_CHECK(t.count >= 1 && t.count <= quant::kMaxWarpSegments + 1, "internal: ", t.count, " block counts");
+    WGRAD_CHECK(t.count >= 1 && t.count <= quant::kMaxWarpSegments + 1, "internal: ", t.count, " block counts");
     for (int starts16 = 0; starts16 < 2; ++starts16) {
       for (int32_t i = 0; i < t.count; ++i) {
         t.strips[starts16][i] = static_cast<int8_t>(quant::auto_segment_strip(
@@ -198,16 +199,16 @@ void launch_segments_tma(const char* op, const quant::QuantizeParams& p, int64_t
 
 // The segment table in global memory (one-CTA kernel), for the kernels that cannot build it themselves.
 // Returns the workspace that holds it (alive until the launches that read it are enqueued).
-at::Tensor build_segment_table_global(const at::Tensor& x, const quant::SegmentTableArgs& a,
-                                      quant::QuantizeParams& p, cudaStream_t stream) {
+torch::stable::Tensor build_segment_table_global(const torch::stable::Tensor& x, const quant::SegmentTableArgs& a,
+                                                 quant::QuantizeParams& p, cudaStream_t stream) {
   constexpr int64_t kInts = sizeof(quant::RowBlock) / sizeof(int32_t);
   static_assert(sizeof(quant::RowBlock) == kInts * sizeof(int32_t) &&
                 sizeof(quant::SegmentStart) == sizeof(quant::RowBlock));
-  at::Tensor workspace = at::empty({kInts * (a.num_row_blocks + a.num_segments)}, x.options().dtype(at::kInt));
-  auto* table = reinterpret_cast<quant::RowBlock*>(workspace.data_ptr<int32_t>());
+  torch::stable::Tensor workspace = empty_1d(x, kInts * (a.num_row_blocks + a.num_segments), ScalarType::Int);
+  auto* table = reinterpret_cast<quant::RowBlock*>(workspace.mutable_data_ptr<int32_t>());
   auto* seg = reinterpret_cast<quant::SegmentStart*>(table + a.num_row_blocks);
   quant::build_segment_table_kernel<<<1, quant::kTableThreads, 0, stream>>>(a, seg, table);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  WGRAD_KERNEL_LAUNCH_CHECK();
   p.row_blocks = table;
   return workspace;
 }
@@ -215,13 +216,13 @@ at::Tensor build_segment_table_global(const at::Tensor& x, const quant::SegmentT
 // Every segments cast: the carry kernel where the plan takes it, else the TMA kernel (packed tiles where the
 // plan takes them) for 16-byte aligned rows and R > 0, else the generic kernel; the table built in the TMA
 // kernel when it fits there, else in global memory first.
-void launch_segments(const char* op, const at::Tensor& x, const quant::QuantizeParams& p_in, int64_t row_blocks,
-                     const quant::SegmentTableArgs& segments, const SegmentsPlan& plan) {
+void launch_segments(const char* op, const torch::stable::Tensor& x, const quant::QuantizeParams& p_in,
+                     int64_t row_blocks, const quant::SegmentTableArgs& segments, const SegmentsPlan& plan,
+                     cudaStream_t stream) {
   quant::QuantizeParams p = p_in;
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int num_sms = num_sms_of(x);
   const bool vec = vector_rows(p);
-  at::Tensor workspace;
+  torch::stable::Tensor workspace;
   dispatch_x_type(x, [&](auto tag) {
     using T = decltype(tag);
     constexpr quant::QuantMode kMode = quant::QuantMode::ColwiseSegments;
@@ -258,22 +259,23 @@ void launch_segments(const char* op, const at::Tensor& x, const quant::QuantizeP
 // generic kernel, a one-CTA kernel in global memory first), then quantize all k_block_capacity(K, G)
 // columns (no host synchronisation, capturable in a CUDA graph). Invalid sizes (a negative one, or a sum !=
 // R): every scale is NaN and q_t is not written (padded: the padded sizes are meaningless then).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> segments_cast(const char* op, const at::Tensor& x,
-                                                             const at::Tensor& sizes, int64_t pad, bool ue8m0,
-                                                             const SegmentsPlan& plan) {
+std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor> segments_cast(
+    const char* op, const torch::stable::Tensor& x, const torch::stable::Tensor& sizes, int64_t pad, bool ue8m0,
+    const SegmentsPlan& plan) {
   check_sm90(op, x);
-  const c10::cuda::CUDAGuard guard(x.device());
+  const DeviceGuard guard(x.get_device_index());
+  const cudaStream_t stream = current_stream(x);
   const int64_t rows = x.size(0), cols = x.size(1), groups = sizes.size(0);
   quant::SegmentTableArgs segments;
   segments.sizes = sizes.const_data_ptr<int32_t>();
   segments.num_segments = groups;
   segments.rows = rows;
   quant::QuantizeParams p = base_params(x, ue8m0);
-  at::Tensor q_t, scales_t, padded;
+  torch::stable::Tensor q_t, scales_t, padded;
   int64_t row_blocks = 0;
   if (pad == 0) {
     row_blocks = k_block_capacity(rows, groups);
-    TORCH_CHECK(row_blocks <= kMaxRowBlocks, op, ": ceil(R/128) + G - 1 must be <= 2^31 - 1, got ", row_blocks);
+    WGRAD_CHECK(row_blocks <= kMaxRowBlocks, op, ": ceil(R/128) + G - 1 must be <= 2^31 - 1, got ", row_blocks);
     q_t = empty_q_t(x);
     scales_t = empty_mn_major_scales(x, cols, row_blocks);
     if (row_blocks == 0 || cols == 0) return {q_t, scales_t, padded};
@@ -285,54 +287,58 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> segments_cast(const char* op, con
     // any token counts work end to end; with pad >= 32 every block starts on a 32-byte sector of q_t (the
     // fast store path).
     const int64_t k = padded_segment_columns(rows, groups, pad);
-    TORCH_CHECK(k <= std::numeric_limits<int32_t>::max(), op, ": R + G (pad - 1) must be < 2^31, got ", k);
+    WGRAD_CHECK(k <= std::numeric_limits<int32_t>::max(), op, ": R + G (pad - 1) must be < 2^31, got ", k);
     row_blocks = k_block_capacity(k, groups);
-    TORCH_CHECK(row_blocks <= kMaxRowBlocks, op, ": ceil(K/128) + G - 1 must be <= 2^31 - 1, got ", row_blocks);
-    at::Tensor q_t_rows =
-        at::empty({cols, align_up(k > 0 ? k : 1, kQtRowAlign)}, x.options().dtype(at::kFloat8_e4m3fn));
-    if (rows == 0) q_t_rows.view(at::kByte).zero_();  // no block of x to write the zero columns (and padding)
-    q_t = q_t_rows.narrow(1, 0, k);
-    scales_t = empty_mn_major_scales(x, cols, row_blocks);
-    padded = at::empty_like(sizes);
-    if (row_blocks == 0 || cols == 0) {  // no launch: the padded sizes from tensor ops (a few launches more)
-      padded = sizes.add(pad - 1).bitwise_and(-pad);
-      padded.narrow(0, groups - 1, 1).copy_(padded.narrow(0, 0, groups - 1).sum().neg().add(k).view({1}));
-      return {q_t, scales_t, padded};
+    WGRAD_CHECK(row_blocks <= kMaxRowBlocks, op, ": ceil(K/128) + G - 1 must be <= 2^31 - 1, got ", row_blocks);
+    const int64_t q_t_ld = align_up(k > 0 ? k : 1, kQtRowAlign);
+    const torch::stable::Tensor q_t_rows = empty_2d(x, cols, q_t_ld, ScalarType::Float8_e4m3fn);
+    if (rows == 0) {  // no block of x to write the zero columns (and padding)
+      WGRAD_CUDA_CHECK(cudaMemsetAsync(q_t_rows.mutable_data_ptr(), 0, cols * q_t_ld, stream));
     }
+    q_t = as_strided(q_t_rows, {cols, k}, {q_t_ld, 1});
+    scales_t = empty_mn_major_scales(x, cols, row_blocks);
+    padded = empty_1d(sizes, groups, ScalarType::Int);
     segments.pad = pad;
     segments.out_cols = k;
-    segments.padded_sizes = padded.data_ptr<int32_t>();  // written by the segment table's builder
+    segments.padded_sizes = padded.mutable_data_ptr<int32_t>();  // written by the segment table's builder
+    segments.num_row_blocks = row_blocks;
+    if (row_blocks == 0 || cols == 0) {  // no cast to launch: the one-CTA table kernel alone writes padded
+      build_segment_table_global(x, segments, p, stream);
+      return {q_t, scales_t, padded};
+    }
     p.seg_pad = pad;
   }
   segments.num_row_blocks = row_blocks;
   set_colwise(p, q_t, scales_t);
-  launch_segments(op, x, p, row_blocks, segments, plan);
+  launch_segments(op, x, p, row_blocks, segments, plan, stream);
   return {q_t, scales_t, padded};
 }
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_cuda(const at::Tensor& x,
-                                                                            const at::Tensor& sizes, bool ue8m0) {
+std::tuple<torch::stable::Tensor, torch::stable::Tensor> quantize_fp8_1x128_colwise_segments_cuda(
+    const torch::stable::Tensor& x, const torch::stable::Tensor& sizes, bool ue8m0) {
   check_quantize_fp8_1x128_segments(x, sizes);
   auto [q_t, scales_t, padded] =
       segments_cast("quantize_fp8_1x128_colwise_segments", x, sizes, 0, ue8m0, SegmentsPlan{});
   return {q_t, scales_t};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_padded_cuda(
-    const at::Tensor& x, const at::Tensor& sizes, int64_t pad, bool ue8m0) {
+std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor>
+quantize_fp8_1x128_colwise_segments_padded_cuda(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
+                                                int64_t pad, bool ue8m0) {
   check_quantize_fp8_1x128_segments_padded(x, sizes, pad);
   return segments_cast("quantize_fp8_1x128_colwise_segments_padded", x, sizes, pad, ue8m0, SegmentsPlan{});
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_fp8_1x128_colwise_segments_with_plan_cuda(
-    const at::Tensor& x, const at::Tensor& sizes, int64_t pad, bool ue8m0, c10::string_view plan) {
+std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor>
+quantize_fp8_1x128_colwise_segments_with_plan_cuda(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
+                                                   int64_t pad, bool ue8m0, std::string_view plan) {
   const SegmentsPlan parsed = parse_segments_plan("_quantize_fp8_1x128_colwise_segments_with_plan", std::string(plan));
   if (pad == 0) {
     check_quantize_fp8_1x128_segments(x, sizes);
     auto [q_t, scales_t, padded] = segments_cast("quantize_fp8_1x128_colwise_segments", x, sizes, 0, ue8m0, parsed);
-    return {q_t, scales_t, sizes.clone()};
+    return {q_t, scales_t, clone(sizes)};
   }
   check_quantize_fp8_1x128_segments_padded(x, sizes, pad);
   return segments_cast("quantize_fp8_1x128_colwise_segments_padded", x, sizes, pad, ue8m0, parsed);

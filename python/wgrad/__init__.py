@@ -1,8 +1,9 @@
 """wgrad: FP8 weight-gradient GEMMs with 1x128 scaling for NVIDIA Hopper (SM90)."""
 
-import torch  # noqa: F401  (loads libc10/libtorch, which _C links against)
+import torch  # noqa: F401  (loads libtorch, whose stable C shim _C calls)
 
 from . import _C  # noqa: F401  (loads the library: op schemas and CUDA kernels)
+from ._version import __version__  # noqa: F401  (written by setup.py at build time)
 from . import _ops  # noqa: F401  (CPU and fake kernels of the GEMM ops)
 from . import quant  # noqa: F401  (CPU and fake kernels of the quantization ops)
 from . import _plans  # noqa: F401  (CPU and fake kernels of the private plan op of the segments casts)
@@ -29,8 +30,6 @@ from .scales import (
     num_k_blocks,
     to_mn_major_scales,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "check_group_sizes",

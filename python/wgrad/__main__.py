@@ -1,4 +1,5 @@
-"""`python -m wgrad <command>`: the package's command line. One command today: `bench`."""
+"""`python -m wgrad <command>`: the package's command line: `bench` (validate and time the GEMMs), `info` (this
+build and the machine it runs on)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from . import _info
 from .bench import cli as bench_cli
 
 
@@ -18,6 +20,11 @@ def build_parser() -> argparse.ArgumentParser:
                                        formatter_class=argparse.RawDescriptionHelpFormatter)
     bench_cli.add_arguments(bench_parser)
     bench_parser.set_defaults(handler=bench_cli.run_cli)
+    info_parser = commands.add_parser("info", help="this build of wgrad (version, torch, CUDA, arch) and the GPU",
+                                      description="Prints the wgrad version and its build (the torch and CUDA it "
+                                      "was built with, the torch it loads in, the architectures), the torch it "
+                                      "runs in and the GPUs found.")
+    info_parser.set_defaults(handler=_info.run_cli)
     return parser
 
 
