@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the one wheel of wgrad into dist/: wgrad-<version>-cp310-abi3-manylinux_2_28_x86_64.whl (sm_90a; torch's
-# stable ABI from 2.11 on, Python's limited API from 3.10 on; torch is a dependency, not bundled). The version
+# Builds the one wheel of wgrad into dist/: wgrad-<version>-cp310-abi3-manylinux_2_<glibc>_x86_64.whl (sm_90a;
+# torch's stable ABI from 2.11 on, Python's limited API from 3.10 on; torch is a dependency, not bundled; the
+# glibc in the tag is the newest the built library needs, see setup.py). The version
 # comes from git (setup.py). Reproducible: the archive's time stamps are the commit's (SOURCE_DATE_EPOCH), so
 # two builds of one commit in one place with one toolchain give the same bytes.
 #

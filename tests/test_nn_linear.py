@@ -288,6 +288,48 @@ def test_gpu_matches_recipe(case, dtype):
     assert rel_frobenius(db.cpu(), db_ref) <= (1e-2 if dtype == torch.bfloat16 else 1e-5)
 
 
+def test_cpu_weight_padding_keeps_the_product():
+    # What fp8_mm hands cuBLAS on CUDA, checked where it can be: K padded to a multiple of 512 (zero codes, unit
+    # scales), the scales' row stride then a multiple of 4 blocks, the dequantized operand unchanged.
+    for rows, cols in ((384, 256), (2112, 7168), (7168, 2112), (144, 400)):
+        w = torch.randn(rows, cols, generator=torch.Generator().manual_seed(cols))
+        q, s, _, _ = wgrad.quantize_fp8_128x128(w)
+        qp, sp = _recipe._padded_weight(q, s)
+        assert qp.shape == (rows, -(-cols // 512) * 512) and sp.shape == (-(-rows // 128), qp.shape[1] // 128)
+        assert sp.is_contiguous() and sp.t().stride() == (1, sp.shape[1]) and sp.shape[1] % 4 == 0
+        deq = wgrad.reference.dequantize_128x128(qp, sp)
+        assert torch.equal(deq[:, :cols], wgrad.reference.dequantize_128x128(q, s))
+        assert not deq[:, cols:].any()
+        a = torch.randn(37, cols).to(torch.float8_e4m3fn)
+        sa = torch.rand(37, s.shape[1]) + 0.5
+        padded = _recipe._scales_padded(sa, 128, sp.shape[1])
+        assert padded.shape == (128, sp.shape[1]) and padded.stride() == (1, 128)
+        assert torch.equal(padded[:37, :s.shape[1]], sa) and bool((padded[37:] == 1).all())
+
+
+# M, K, N around cuBLAS's layout rules: K-block counts of every residue mod 4, N-block counts not a multiple
+# of 4, M neither a multiple of 128 nor of 4.
+FP8_MM_CASES = [(128, 128, 128), (256, 256, 384), (1000, 384, 256), (512, 2112, 7168), (33, 640, 2112),
+                (4097, 7168, 2112), (130, 1536, 400), (8, 16, 16)]
+
+
+@pytest.mark.parametrize("case", FP8_MM_CASES)
+@gpu
+def test_gpu_fp8_mm_matches_the_float64_product(case):
+    m, k, n = case
+    g = torch.Generator().manual_seed(m + k + n)
+    a, sa = wgrad.quantize_fp8_1x128_rowwise(torch.randn(m, k, generator=g).to(torch.bfloat16).cuda())
+    w = (torch.randn(n, k, generator=g) * 2.0 ** torch.randint(-4, 4, (n, 1), generator=g)).to(torch.bfloat16)
+    q, s, _, _ = _recipe.weight_operands(w.cuda())
+    y = _recipe.fp8_mm(a, sa, q, s, torch.float32)
+    # The same product with the unpadded weight cast: fp8_mm pads on its own.
+    q0, s0, _, _ = wgrad.quantize_fp8_128x128(w.cuda())
+    y0 = _recipe.fp8_mm(a, sa, q0, s0, torch.float32)
+    ref = _recipe.fp8_mm(a.cpu(), sa.cpu(), q0.cpu(), s0.cpu(), torch.float64)
+    assert y.shape == (m, n) and rel_frobenius(y.cpu().double(), ref) <= 1e-4
+    assert torch.equal(y, y0)
+
+
 @gpu
 def test_gpu_two_backwards_into_main_grad_and_cache():
     x1, w, b, dy1 = _data(256, 512, 256, torch.bfloat16, seed=11)

@@ -21,10 +21,14 @@ FP8 = torch.float8_e4m3fn
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # TMA rows and FP8 GEMM operands are 16-byte aligned: feature counts are multiples of 16.
 FEATURE_MULTIPLE = 16
-# cuBLAS's blockwise FP8 GEMM (1x128 x 128x128) on SM90 computes wrong results when the reduced dimension K is
-# not a whole number of 128-blocks or the rows M of the 1x128 operand are not a multiple of 128 (measured on an
-# H200, torch 2.11: 7168 -> 2112 dgrad, K = 2112; 1000 tokens): fp8_mm pads both with zeros.
-PAD_MULTIPLE = 128
+# cuBLAS's blockwise FP8 GEMM (1x128 x 128x128) on SM90 reads the 128x128 scales with a row stride of the
+# K-block count rounded up to 4, while torch 2.11 checks for (and passes) the unrounded count: where
+# ceil(K/128) % 4 != 0, every weight block-row after the first reads the wrong scales. fp8_mm therefore pads K
+# with zeros to a multiple of 4 * 128 = 512 (block count == rounded count: both readings agree) and the rows M
+# of the 1x128 operand to a multiple of 128 (the 1x128 scales' leading dimension). Zero rows and columns add
+# nothing to the product.
+K_PAD = 512
+M_PAD = 128
 
 _SM90: Dict[int, Optional[str]] = {}
 
@@ -81,69 +85,82 @@ def clear_weight_cache() -> None:
     _WEIGHT_CACHE.clear()
 
 
-def _round_up(d: int) -> int:
-    return -(-d // PAD_MULTIPLE) * PAD_MULTIPLE
+def _round_up(d: int, multiple: int) -> int:
+    return -(-d // multiple) * multiple
 
 
-def _weight_cast(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def weight_operands(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`quantize_fp8_128x128(weight)` as fp8_mm takes it, uncached: on CUDA, `q` and `q_t` with their columns
+    padded with zeros to a multiple of K_PAD and the scales' columns with ones to match (the padding fp8_mm
+    gives cuBLAS, done once per cast rather than at every GEMM)."""
     q, s, q_t, s_t = quantize_fp8_128x128(weight.detach())
-    if q.is_cuda:  # the K padding fp8_mm gives cuBLAS, done once per cast rather than at every GEMM
-        q = _padded(q, q.shape[0], _round_up(q.shape[1]))
-        q_t = _padded(q_t, q_t.shape[0], _round_up(q_t.shape[1]))
+    if q.is_cuda:
+        q, s = _padded_weight(q, s)
+        q_t, s_t = _padded_weight(q_t, s_t)
     return q, s, q_t, s_t
 
 
 def quantized_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`quantize_fp8_128x128(weight)` as fp8_mm takes it (on CUDA, `q` and `q_t` with their columns padded
-    with zeros to a multiple of 128), cached: the micro-batches of one optimizer step cast the weight once.
+    """`weight_operands(weight)`, cached: the micro-batches of one optimizer step cast the weight once.
     The cast is recomputed after any optimizer step, any in-place op on the weight (`copy_`,
     `load_state_dict`: `weight._version`), a new storage (`weight.data = ...`) and `clear_weight_cache()`, so
     a stale cast is never served."""
     if _uncached():
-        return _weight_cast(weight)
+        return weight_operands(weight)
     key = (_OPTIMIZER_STEPS[0], weight._version, weight.data_ptr(), weight.dtype, weight.device, tuple(weight.shape))
     hit = _WEIGHT_CACHE.get(weight)
     if hit is not None and hit[0] == key:
         return hit[1]
-    value = _weight_cast(weight)
+    value = weight_operands(weight)
     _WEIGHT_CACHE[weight] = (key, value)
     return value
 
 
-def _padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """t [r, c] e4m3 inside a zero [rows, cols] (the same tensor when nothing is added)."""
+def _padded(t: torch.Tensor, rows: int, cols: int, fill: float = 0.0) -> torch.Tensor:
+    """t [r, c] inside a [rows, cols] tensor of `fill`, row-major (the same tensor when nothing is added)."""
     if tuple(t.shape) == (rows, cols):
         return t
-    out = torch.zeros((rows, cols), dtype=t.dtype, device=t.device)
+    out = (torch.zeros((rows, cols), dtype=t.dtype, device=t.device) if fill == 0.0 else
+           torch.full((rows, cols), fill, dtype=t.dtype, device=t.device))
     out[:t.shape[0], :t.shape[1]].copy_(t)
     return out
 
 
-def _scales_padded(s: torch.Tensor, rows: int) -> torch.Tensor:
-    """1x128 scales [M, kb] as [rows, kb] with strides exactly (1, rows), as cuBLAS takes them (the casts write
-    (1, align_up(M, 4)): the same memory when M == rows and M % 4 == 0). Added rows hold 1."""
+def _padded_weight(q: torch.Tensor, s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The 128x128 operand [N, K] and its scales [ceil(N/128), ceil(K/128)] with K padded to K_PAD: zero
+    codes, unit scales."""
+    cols = _round_up(q.shape[1], K_PAD)
+    return _padded(q, q.shape[0], cols), _padded(s, s.shape[0], cols // 128, 1.0).contiguous()
+
+
+def _scales_padded(s: torch.Tensor, rows: int, blocks: int) -> torch.Tensor:
+    """1x128 scales [M, kb] as [rows, blocks] with strides exactly (1, rows), as cuBLAS takes them (the casts
+    write (1, align_up(M, 4)): the same memory when M == rows, M % 4 == 0 and kb == blocks). Added entries
+    hold 1."""
     m, kb = s.shape
-    if rows == m and s.stride(0) == 1 and (s.stride(1) == m or kb == 1):
+    if rows == m and blocks == kb and s.stride(0) == 1 and (s.stride(1) == m or kb == 1):
         return s
-    out = torch.ones((kb, rows), dtype=torch.float32, device=s.device).t()
-    out[:m].copy_(s)
+    out = torch.ones((blocks, rows), dtype=torch.float32, device=s.device).t()
+    out[:m, :kb].copy_(s)
     return out
 
 
 def fp8_mm(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
            out_dtype: torch.dtype) -> torch.Tensor:
     """`(a * sa) @ (b * sb)^T` with `a` [M, K] e4m3 in 1x128 blocks along K (scales `sa` [M, ceil(K/128)]) and
-    `b` [N, K] e4m3 contiguous in 128x128 blocks (`sb` [ceil(N/128), ceil(K/128)] contiguous; on CUDA `b` may
-    come with its K already padded, as `quantized_weight` gives it), [M, N] in `out_dtype`. On CUDA: cuBLAS through `torch._scaled_mm`, with M and K padded to multiples of 128 where
-    they are not (zero rows and columns add nothing; see PAD_MULTIPLE). On the CPU: the float64 product of the
-    dequantized operands, rounded once to `out_dtype` (the reference of the recipe)."""
+    `b` [N, K] e4m3 contiguous in 128x128 blocks (`sb` [ceil(N/128), ceil(K/128)] contiguous; on CUDA `b` and
+    `sb` may come with K already padded, as `weight_operands` gives them), [M, N] in `out_dtype`. On CUDA:
+    cuBLAS through `torch._scaled_mm`, with M and K padded where they need it (see K_PAD). On the CPU: the
+    float64 product of the dequantized operands, rounded once to `out_dtype` (the reference of the recipe)."""
     m, k = a.shape
     if m == 0:
         return torch.empty((0, b.shape[0]), dtype=out_dtype, device=a.device)
     if a.is_cuda:
-        rows, cols = _round_up(m), _round_up(k)
-        y = torch._scaled_mm(_padded(a, rows, cols), _padded(b, b.shape[0], cols).t(),
-                             scale_a=_scales_padded(sa, rows), scale_b=sb.t(), out_dtype=out_dtype)
+        rows, cols = _round_up(m, M_PAD), _round_up(k, K_PAD)
+        if b.shape[1] != cols:
+            b, sb = _padded_weight(b, sb)
+        y = torch._scaled_mm(_padded(a, rows, cols), b.t(), scale_a=_scales_padded(sa, rows, cols // 128),
+                             scale_b=sb.t(), out_dtype=out_dtype)
         return y if rows == m else y[:m]
     product = reference.dequantize_1x128(a, sa) @ reference.dequantize_128x128(b, sb).t()
     return product.to(out_dtype)
