@@ -43,6 +43,7 @@ SOURCES = [
     "csrc/gemm/dense.cu",
     "csrc/gemm/grouped_packed.cu",
     "csrc/gemm/grouped_contiguous.cu",
+    "csrc/gemm/m_grouped.cu",
     "csrc/quant/plan.cpp",
     "csrc/quant/rowwise.cu",
     "csrc/quant/colwise.cu",

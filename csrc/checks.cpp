@@ -212,6 +212,68 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
   }
 }
 
+void check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                                     const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                                     const torch::stable::Tensor& out,
+                                                     const torch::stable::Tensor& group_sizes) {
+  constexpr const char* op = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous";
+  const torch::stable::Tensor& sizes = group_sizes;
+  WGRAD_CHECK(sizes.scalar_type() == ScalarType::Int, op, ": group_sizes must be int32, got ", sizes.scalar_type());
+  WGRAD_CHECK(sizes.dim() == 1, op, ": group_sizes must be 1-D [G], got ", sizes.dim(), "-D ", sizes.sizes());
+  WGRAD_CHECK(sizes.is_contiguous(), op, ": group_sizes must be contiguous, got strides ", sizes.strides());
+  const int64_t groups = sizes.size(0);
+  WGRAD_CHECK(groups >= 1, op, ": group_sizes must name at least one group, got an empty tensor");
+  for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"group_sizes", &sizes}}) {
+    check_same_device(op, out, name, *t);
+  }
+  WGRAD_CHECK(a.dim() == 2, op, ": a must be 2-D [T, K], got ", a.dim(), "-D ", a.sizes());
+  WGRAD_CHECK(b.dim() == 3, op, ": b must be 3-D [G, N, K], got ", b.dim(), "-D ", b.sizes());
+  const int64_t t = a.size(0), k = a.size(1), n = b.size(1);
+  WGRAD_CHECK(b.size(0) == groups, op, ": b.shape[0] must equal the number of groups ", groups, ", got ", b.size(0));
+  WGRAD_CHECK(b.size(2) == k, op, ": b must have K = ", k, " columns like a, got ", b.size(2));
+  WGRAD_CHECK(k >= 1, op, ": K must be positive, got ", k);
+  WGRAD_CHECK(t <= std::numeric_limits<int32_t>::max() && n <= std::numeric_limits<int32_t>::max() &&
+                  k <= std::numeric_limits<int32_t>::max(),
+              op, ": T, N and K must fit TMA's 32-bit coordinates, got ", t, ", ", n, " and ", k);
+  WGRAD_CHECK(n % 2 == 0, op, ": N must be even (the kernel stores bf16 pairs), got ", n);
+  check_fp8_operand(op, "a", a, t, k);
+  WGRAD_CHECK(b.scalar_type() == ScalarType::Float8_e4m3fn, op, ": b must be float8_e4m3fn, got ", b.scalar_type());
+  if (b.numel() > 0) {
+    WGRAD_CHECK(b.stride(2) == 1 || k == 1, op, ": b must be K-contiguous (stride(2) == 1), got strides ", b.strides());
+    WGRAD_CHECK((n == 1 || b.stride(1) % kTmaAlignBytes == 0) && (groups == 1 || b.stride(0) % kTmaAlignBytes == 0), op,
+                ": b strides (0) and (1) must be multiples of 16 elements (16 bytes, TMA), got ", b.strides());
+    WGRAD_CHECK(aligned(b, kTmaAlignBytes), op, ": b data pointer must be 16-byte aligned (TMA), got storage offset ",
+                b.storage_offset());
+  }
+  const int64_t kb = ceil_div(k, kScaleBlockK);
+  check_mn_major_scales(op, "sa", sa, t, kb);
+  WGRAD_CHECK(sb.scalar_type() == ScalarType::Float, op, ": sb must be float32, got ", sb.scalar_type());
+  WGRAD_CHECK(sb.dim() == 3 && sb.size(0) == groups && sb.size(1) == ceil_div(n, kScaleBlockK) && sb.size(2) == kb, op,
+              ": sb must have shape [", groups, ", ", ceil_div(n, kScaleBlockK), ", ", kb,
+              "] (one scale per 128 x 128 block of b), got ", sb.sizes());
+  WGRAD_CHECK(out.scalar_type() == ScalarType::BFloat16, op, ": out must be bfloat16, got ", out.scalar_type());
+  WGRAD_CHECK(out.dim() == 2 && out.size(0) == t && out.size(1) == n, op, ": out must have shape [", t, ", ", n,
+              "], got ", out.sizes());
+  if (out.numel() > 0) {
+    WGRAD_CHECK(out.stride(1) == 1, op, ": out must have stride(1) == 1, got strides ", out.strides());
+    WGRAD_CHECK(t == 1 || (out.stride(0) >= n && out.stride(0) % 2 == 0), op,
+                ": out row stride must be even and >= N = ", n, ", got ", out.stride(0));
+    WGRAD_CHECK(aligned(out, 4), op, ": out data pointer must be 4-byte aligned, got storage offset ",
+                out.storage_offset());
+  }
+  check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"group_sizes", &sizes}});
+  if (sizes.is_cpu()) {
+    // On the CPU the sizes can be read without a synchronisation; on CUDA the kernel validates them.
+    const int32_t* m = sizes.const_data_ptr<int32_t>();
+    int64_t sum = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      WGRAD_CHECK(m[g] >= 0, op, ": group_sizes[", g, "] must be >= 0, got ", m[g]);
+      sum += m[g];
+    }
+    WGRAD_CHECK(sum == t, op, ": sum(group_sizes) must equal the rows of a, T = ", t, ", got ", sum);
+  }
+}
+
 // ---- quantization ---------------------------------------------------------------------------------------
 
 namespace {

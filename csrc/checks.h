@@ -21,6 +21,10 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, 
 void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
     const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
     const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks);
+void check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                                     const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                                     const torch::stable::Tensor& out,
+                                                     const torch::stable::Tensor& group_sizes);
 
 // ---- quantization: the pieces, for the messages of the op `op` ---------------------------------------
 // x of every cast: 2-D, bfloat16 / float16 / float32, contiguous, at most 2^31 - 1 rows and 65535 column

@@ -10,7 +10,7 @@
 
 namespace wgrad {
 
-// ---- SM90 GEMMs (gemm/dense.cu, gemm/grouped_packed.cu, gemm/grouped_contiguous.cu) --------------------
+// ---- SM90 GEMMs (gemm/dense.cu, gemm/grouped_packed.cu, gemm/grouped_contiguous.cu, gemm/m_grouped.cu) ---
 void wgrad_gemm_fp8_fp8_fp32_nt_cuda(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
                                      const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
                                      const torch::stable::Tensor& out);
@@ -20,6 +20,10 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const torch::stable::Tensor& a, c
 void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(
     const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
     const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks);
+void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_cuda(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                                    const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                                    const torch::stable::Tensor& out,
+                                                    const torch::stable::Tensor& group_sizes);
 
 // ---- quantization (quant/rowwise.cu, quant/colwise.cu, quant/segments.cu, quant/blockwise.cu) ----------
 std::tuple<torch::stable::Tensor, torch::stable::Tensor> quantize_fp8_1x128_rowwise_cuda(const torch::stable::Tensor& x,

@@ -35,6 +35,18 @@
 //        K_total into G groups can need); group g's blocks start at column sum_{h<g} ceil(ks[h]/128).
 //   out  float32 [G, M, N] as in the packed layout.
 //
+// m-grouped (the expert GEMM of MoE fprop and dgrad; bf16 out, written, not accumulated):
+//     out[r, n] = bf16( sum_kb sa[r, kb] * sb[g, n / 128, kb] * sum_{k in block kb} a[r, k] * b[g, n, k] )
+// for every row r of group g (rows [off_g, off_g + group_sizes[g]), off_g = sum(group_sizes[:g])).
+//   a    float8_e4m3fn [T, K]      the rules of dense a; K any positive value.
+//   sa   float32 [T, ceil(K/128)]  MN-major as above (the 1x128 row-wise cast's scales).
+//   b    float8_e4m3fn [G, N, K]   stride(2) == 1, stride(0) and stride(1) multiples of 16 elements, in any
+//                                  order (the dgrad form passes the transposed weights as a strided view).
+//   sb   float32 [G, ceil(N/128), ceil(K/128)], any strides: b's 128x128 block scales.
+//   out  bfloat16 [T, N]           stride(1) == 1, even row stride >= N, N even.
+//   group_sizes int32 [G] on the operands' device, each >= 0, sum == T; on CUDA read only by the kernel,
+//        which validates them and leaves out untouched when they break the rules (no host synchronisation).
+//
 // Quantization (1x128 blocks, e4m3, scale = amax / 448, see python/wgrad/reference.py):
 //   x      bfloat16 / float16 / float32 [R, C] (leading dims flattened by the Python layer), contiguous.
 //   rowwise   -> q [R, C] contiguous, scales [R, ceil(C/128)] MN-major with ld = align_up(R, 4).
@@ -73,6 +85,9 @@ STABLE_TORCH_LIBRARY(wgrad, m) {
   m.def(
       "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(Tensor a, Tensor sa, Tensor b, Tensor sb, "
       "Tensor(a!) out, Tensor ks) -> ()");
+  m.def(
+      "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor(a!) out, "
+      "Tensor group_sizes) -> ()");
 
   // The checks on their own, so that the Python CPU kernels (reference math) enforce exactly the
   // contract the CUDA kernels enforce.
@@ -83,6 +98,9 @@ STABLE_TORCH_LIBRARY(wgrad, m) {
   m.def(
       "_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(Tensor a, Tensor sa, Tensor b, Tensor sb, "
       "Tensor out, Tensor ks) -> ()");
+  m.def(
+      "_check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor out, "
+      "Tensor group_sizes) -> ()");
 
   m.def("quantize_fp8_1x128_rowwise(Tensor x, bool ue8m0=False) -> (Tensor q, Tensor scales)");
   m.def("quantize_fp8_1x128_colwise(Tensor x, bool ue8m0=False) -> (Tensor q_t, Tensor scales_t)");
@@ -118,6 +136,8 @@ void register_checks(Library& m) {
   m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", TORCH_BOX(&wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt));
   m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
          TORCH_BOX(&wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous));
+  m.impl("_check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+         TORCH_BOX(&wgrad::check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous));
   m.impl("_check_quantize_fp8_1x128", TORCH_BOX(&wgrad::check_quantize_fp8_1x128));
   m.impl("_check_quantize_fp8_1x128_segments", TORCH_BOX(&wgrad::check_quantize_fp8_1x128_segments));
   m.impl("_check_quantize_fp8_1x128_segments_padded", TORCH_BOX(&wgrad::check_quantize_fp8_1x128_segments_padded));
@@ -135,6 +155,8 @@ STABLE_TORCH_LIBRARY_IMPL(wgrad, CUDA, m) {
   m.impl("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", TORCH_BOX(&wgrad::k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda));
   m.impl("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
          TORCH_BOX(&wgrad::k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda));
+  m.impl("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+         TORCH_BOX(&wgrad::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_cuda));
   m.impl("quantize_fp8_1x128_rowwise", TORCH_BOX(&wgrad::quantize_fp8_1x128_rowwise_cuda));
   m.impl("quantize_fp8_1x128_colwise", TORCH_BOX(&wgrad::quantize_fp8_1x128_colwise_cuda));
   m.impl("quantize_fp8_1x128_both", TORCH_BOX(&wgrad::quantize_fp8_1x128_both_cuda));

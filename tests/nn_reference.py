@@ -41,8 +41,9 @@ def linear(x2: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], dy: tor
 
 
 def grouped(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], sizes: Sequence[int], dy: torch.Tensor):
-    """(y, dx, dw, db) of the grouped layer: fprop and dgrad in x's dtype per expert, dw per expert from the
-    column-wise casts of the expert's rows (blocks restart at every expert), float64."""
+    """(y, dx, dw, db) of the grouped layer: fprop and dgrad per expert from the row-wise casts of x and dY and
+    the expert's 128x128 weight cast, rounded to bf16 (the expert GEMM's output) and then to x's dtype; dw per
+    expert from the column-wise casts of the expert's rows (blocks restart at every expert), float64."""
     y = torch.zeros((x.shape[0], w.shape[1]), dtype=x.dtype)
     dx = torch.zeros_like(x)
     dw = torch.zeros(w.shape, dtype=torch.float64)
@@ -53,10 +54,11 @@ def grouped(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], sizes: 
         start += size
         if size == 0:
             continue
-        y[rows] = x[rows] @ w[g].to(x.dtype).t()
+        wd = _dq_weight(w[g])
+        y[rows] = (_dq_rows(x[rows]) @ wd.t()).to(torch.bfloat16).to(x.dtype)
         if b is not None:
             y[rows] = y[rows] + b[g].to(x.dtype)
-        dx[rows] = dy[rows] @ w[g].to(x.dtype)
+        dx[rows] = (_dq_rows(dy[rows]) @ wd).to(torch.bfloat16).to(x.dtype)
         dw[g] = _dq_cols(dy[rows]).t() @ _dq_cols(x[rows])
         db[g] = dy[rows].double().sum(0)
     return y, dx, dw, db

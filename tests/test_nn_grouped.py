@@ -132,7 +132,8 @@ def test_gpu_matches_recipe(case):
     y, dx, dw, db, weight = _run(x.cuda(), w.cuda(), b.cuda(), dy.cuda(), torch.tensor(sizes, device="cuda"),
                                  main_grad=main_grad)
     y_ref, dx_ref, dw_ref, db_ref = nn_reference.grouped(x, w, b, sizes, dy)
-    assert rel_frobenius(y.cpu(), y_ref) <= 1e-2 and rel_frobenius(dx.cpu(), dx_ref) <= 1e-2
+    # The expert GEMM and the reference both round the FP8 product to bf16: at most an ulp apart.
+    assert rel_frobenius(y.cpu(), y_ref) <= 3e-3 and rel_frobenius(dx.cpu(), dx_ref) <= 3e-3
     assert rel_frobenius(dw.cpu() - 3.0, dw_ref) <= 2e-4
     for g, size in enumerate(sizes):
         if size == 0:

@@ -1,4 +1,5 @@
-"""wgrad: FP8 weight-gradient GEMMs with 1x128 scaling for NVIDIA Hopper (SM90)."""
+"""wgrad: FP8 weight-gradient GEMMs with 1x128 scaling for NVIDIA Hopper (SM90), the m-grouped expert GEMM, the
+casts that feed them and the FP8 layers built on them."""
 
 import torch  # noqa: F401  (loads libtorch, whose stable C shim _C calls)
 
@@ -12,6 +13,7 @@ from .api import (
     check_group_sizes,
     k_grouped_wgrad_gemm_fp8_fp8_fp32_nt,
     k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous,
+    m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
     wgrad_gemm_fp8_fp8_fp32_nt,
 )
 from .quant import (
@@ -36,6 +38,7 @@ __all__ = [
     "wgrad_gemm_fp8_fp8_fp32_nt",
     "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt",
     "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
+    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
     "per_token_cast_to_fp8",
     "quantize_fp8_1x128_both",
     "quantize_fp8_1x128_colwise",

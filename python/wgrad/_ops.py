@@ -15,6 +15,7 @@ _LIB = "wgrad"
 _DENSE = "wgrad_gemm_fp8_fp8_fp32_nt"
 _PACKED = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"
 _CONTIG = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous"
+_MGROUPED = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"
 
 
 # ------------------------------------------------------------------ CPU kernels ---------------------
@@ -44,6 +45,13 @@ def _contig_cpu(a, sa, b, sb, out, ks):
     for g, prod in enumerate(reference.k_grouped_contiguous_reference(a, sa, b, sb, sizes)):
         if sizes[g] > 0:
             reference.accumulate_(out[g], prod)
+
+
+@torch.library.register_kernel(f"{_LIB}::{_MGROUPED}", "cpu")
+def _m_grouped_cpu(a, sa, b, sb, out, group_sizes):
+    torch.ops.wgrad._check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, out, group_sizes)
+    if out.numel() > 0:
+        out.copy_(reference.m_grouped_reference(a, sa, b, sb, group_sizes.tolist()).to(torch.bfloat16))
 
 
 # ------------------------------------------------------------------ fake kernels --------------------
@@ -216,3 +224,64 @@ def _contig_fake(a, sa, b, sb, out, ks):
         _check_scales(op, name, s, rows, s.shape[1])
     _check_out(op, out, m, n)
     _check_out_apart(op, out, a=a, sa=sa, b=b, sb=sb, ks=ks)
+
+
+@torch.library.register_fake(f"{_LIB}::{_MGROUPED}")
+def _m_grouped_fake(a, sa, b, sb, out, group_sizes):
+    op = _MGROUPED
+    sizes = group_sizes
+    if sizes.dtype != torch.int32:
+        _fail(op, f"group_sizes must be int32, got {sizes.dtype}")
+    if sizes.dim() != 1:
+        _fail(op, f"group_sizes must be 1-D [G], got {sizes.dim()}-D {list(sizes.shape)}")
+    if not sizes.is_contiguous():
+        _fail(op, f"group_sizes must be contiguous, got strides {sizes.stride()}")
+    groups = sizes.shape[0]
+    if groups < 1:
+        _fail(op, "group_sizes must name at least one group, got an empty tensor")
+    _check_devices(op, out, a=a, sa=sa, b=b, sb=sb, group_sizes=sizes)
+    if a.dim() != 2:
+        _fail(op, f"a must be 2-D [T, K], got {a.dim()}-D {list(a.shape)}")
+    if b.dim() != 3:
+        _fail(op, f"b must be 3-D [G, N, K], got {b.dim()}-D {list(b.shape)}")
+    t, k, n = a.shape[0], a.shape[1], b.shape[1]
+    if b.shape[0] != groups:
+        _fail(op, f"b.shape[0] must equal the number of groups {groups}, got {b.shape[0]}")
+    if b.shape[2] != k:
+        _fail(op, f"b must have K = {k} columns like a, got {b.shape[2]}")
+    if k < 1:
+        _fail(op, f"K must be positive, got {k}")
+    if max(t, n, k) > 2**31 - 1:
+        _fail(op, f"T, N and K must fit TMA's 32-bit coordinates, got {t}, {n} and {k}")
+    if n % 2 != 0:
+        _fail(op, f"N must be even (the kernel stores bf16 pairs), got {n}")
+    _check_fp8_operand(op, "a", a, t, k)
+    if b.dtype != torch.float8_e4m3fn:
+        _fail(op, f"b must be float8_e4m3fn, got {b.dtype}")
+    if b.numel() > 0:
+        if b.stride(2) != 1 and k != 1:
+            _fail(op, f"b must be K-contiguous (stride(2) == 1), got strides {b.stride()}")
+        if (n != 1 and b.stride(1) % 16 != 0) or (groups != 1 and b.stride(0) % 16 != 0):
+            _fail(op, f"b strides (0) and (1) must be multiples of 16 elements (16 bytes, TMA), got {b.stride()}")
+        if b.storage_offset() % 16 != 0:
+            _fail(op, f"b data pointer must be 16-byte aligned (TMA), got storage offset {b.storage_offset()}")
+    kb = num_k_blocks(k)
+    _check_scales(op, "sa", sa, t, kb)
+    if sb.dtype != torch.float32:
+        _fail(op, f"sb must be float32, got {sb.dtype}")
+    nb = num_k_blocks(n)
+    if sb.dim() != 3 or tuple(sb.shape) != (groups, nb, kb):
+        _fail(op, f"sb must have shape [{groups}, {nb}, {kb}] (one scale per 128 x 128 block of b), got "
+                  f"{list(sb.shape)}")
+    if out.dtype != torch.bfloat16:
+        _fail(op, f"out must be bfloat16, got {out.dtype}")
+    if out.dim() != 2 or tuple(out.shape) != (t, n):
+        _fail(op, f"out must have shape [{t}, {n}], got {list(out.shape)}")
+    if out.numel() > 0:
+        if out.stride(1) != 1:
+            _fail(op, f"out must have stride(1) == 1, got strides {out.stride()}")
+        if t != 1 and (out.stride(0) < n or out.stride(0) % 2 != 0):
+            _fail(op, f"out row stride must be even and >= N = {n}, got {out.stride(0)}")
+        if out.storage_offset() % 2 != 0:
+            _fail(op, f"out data pointer must be 4-byte aligned, got storage offset {out.storage_offset()}")
+    _check_out_apart(op, out, a=a, sa=sa, b=b, sb=sb, group_sizes=sizes)

@@ -1,4 +1,5 @@
-"""DeepGEMM-compatible Python entry points of the weight-gradient GEMMs.
+"""DeepGEMM-compatible Python entry points of the weight-gradient GEMMs, and the m-grouped expert GEMM of
+MoE fprop and dgrad.
 
 Scales may come as `[mn, ceil(K/128)]` in the TMA-aligned MN-major layout or as the plain
 `[ceil(K/128), mn]` view of it (no copy in either case); any other float32 layout is copied into the
@@ -120,3 +121,28 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, 
     sa = to_mn_major_scales(sa, a.shape[0], _block_columns(sa, a.shape[0]), "sa")
     sb = to_mn_major_scales(sb, b.shape[0], _block_columns(sb, b.shape[0]), "sb")
     torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, group_sizes)
+
+
+def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs: Operand, rhs: Operand, group_sizes: torch.Tensor,
+                                              out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The expert GEMM of an MoE layer's fprop and dgrad in one launch: for every group g,
+    `out[rows of g] = (a * sa)[rows of g] @ (b[g] * sb[g])^T` in bf16, with a [T, K] float8_e4m3fn in 1x128
+    blocks along K (the row-wise cast's `q, scales`), its rows grouped by expert (`group_sizes`: an int32
+    tensor [G] on a's device, any counts, 0 included, summing to T), and b [G, N, K] float8_e4m3fn in 128x128
+    blocks with scales sb [G, ceil(N/128), ceil(K/128)] (the weight cast's `q, scales` per expert).
+    dgrad (`dX = dY W`) is the same call on the transposed weights: `q_t, scales_t` of each expert as
+    [G, in, out] views (any strides with stride(2) == 1 and the others multiples of 16).
+    Nothing reads group_sizes on the host (no synchronisation, capturable in a CUDA graph); the kernel
+    validates them and leaves `out` untouched when they break the rules (a fresh `out` then holds
+    whatever `torch.empty` gave: call `check_group_sizes(group_sizes, T)` first when in doubt).
+    Returns `out` ([T, N] bfloat16, allocated when not given)."""
+    a, sa = lhs
+    b, sb = rhs
+    _check_2d(a, "a", "T, K")
+    if b.dim() != 3:
+        raise ValueError(f"b must be 3-D [G, N, K], got {b.dim()}-D shape {list(b.shape)}")
+    sa = to_mn_major_scales(sa, a.shape[0], num_k_blocks(a.shape[1]), "sa")
+    if out is None:
+        out = torch.empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16, device=a.device)
+    torch.ops.wgrad.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, out, group_sizes)
+    return out

@@ -71,6 +71,21 @@ def k_grouped_contiguous_reference(a, sa, b, sb, ks: Sequence[int]) -> List[torc
     return outs
 
 
+def m_grouped_reference(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
+                        sizes: Sequence[int]) -> torch.Tensor:
+    """float64 [T, N]: the rows of group g (rows sum(sizes[:g]) onwards, sizes[g] of them) of the dequantized
+    `a` [T, K] (1x128 scales `sa`) times the dequantized `b[g]`^T ([N, K], 128x128 block scales `sb[g]`)."""
+    t, n = a.shape[0], b.shape[1]
+    deq_a = dequantize_1x128(a, sa)
+    out = torch.zeros((t, n), dtype=torch.float64)
+    start = 0
+    for g, rows in enumerate(sizes):
+        if rows > 0:
+            out[start:start + rows] = deq_a[start:start + rows] @ dequantize_128x128(b[g], sb[g]).t()
+        start += rows
+    return out
+
+
 def accumulate_(out: torch.Tensor, product: torch.Tensor) -> None:
     """out += product, rounded once to float32 (the CPU kernels' accumulation rule)."""
     out.copy_((out.double() + product).to(torch.float32))

@@ -1,4 +1,5 @@
-// \brief The K range of each output tile: dense, k-grouped packed, or k-grouped contiguous-K.
+// \brief The work of each output tile: its K range (dense, k-grouped packed, k-grouped contiguous-K) or its
+// rows (m-grouped).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,9 @@
 
 namespace wgrad {
 
-enum class GroupMode : int { Dense = 0, Packed = 1, Contiguous = 2 };
+// Dense, Packed and Contiguous: the weight-gradient GEMMs (fp32 out += a b^T, groups along K).
+// MGrouped: the expert GEMM of MoE fprop and dgrad (bf16 out = a b_g^T, groups of rows of a, one b per group).
+enum class GroupMode : int { Dense = 0, Packed = 1, Contiguous = 2, MGrouped = 3 };
 
 // One unit of work of a CTA: an output tile and the 128-wide K blocks that reduce into it.
 struct WorkTile {
@@ -22,6 +25,9 @@ struct WorkTile {
                      // producer loads the 16-aligned window k_col + 128 kb - k_shift and shifts it
                      // into place in shared memory (MainloopSm90::shift_stages), zeroing past the group
   int last_valid;    // contiguous-K only: valid columns of the last block (1 to 128)
+  int m0;            // first row of the tile in a (and in out)
+  int m_end;         // m-grouped only: the end of the tile's group in a's rows; out rows from here on
+                     // belong to the next group and are not written
 };
 
 // Walks groups in increasing order (the tile order of PersistentTileScheduler is group-major and
@@ -36,7 +42,7 @@ struct GroupKWalker {
   int kb_offset = 0;         // sum of their block counts
 
   __device__ WorkTile work(const TileCoord& c) {
-    WorkTile w{c, 0, 0, 0, 0, 0, 0};
+    WorkTile w{c, 0, 0, 0, 0, 0, 0, c.m_block * static_cast<int>(kBlockM), 0};
     if constexpr (kMode == GroupMode::Dense) {
       w.num_k_blocks = static_cast<int>(ceil_div(k, kScaleBlockK));
     } else if constexpr (kMode == GroupMode::Packed) {
@@ -60,6 +66,41 @@ struct GroupKWalker {
       w.tail_valid = (rem != 0 && k_offset + kg < k && w.k_shift == 0) ? rem : 0;
     }
     return w;
+  }
+};
+
+// m-grouped: the rows of a come in groups (int32 sizes on the device, validated by the kernel first) and
+// every group multiplies its own b. Tiles are numbered group by group, ceil(M_g / 128) x tiles_n for
+// group g, and inside a group rasterised like PersistentTileScheduler's (bands of kBandM row blocks) so
+// that the tiles in flight share the group's B panels in L2. Every CTA visits its tiles in increasing
+// order, so the walker passes through the groups once.
+struct MGroupWalker {
+  const int* group_m;  // the user's sizes (valid: checked before any walk)
+  int tiles_n;
+  int k;               // K of every group
+  int group = 0;
+  int64_t tile_base = 0;  // first tile of `group`
+  int row_base = 0;       // first row of `group` (T < 2^31: host-checked)
+
+  // `tile` < the total tile count (so some group holds it).
+  __device__ WorkTile work(int64_t tile) {
+    int rows = group_m[group];
+    int tiles_m = static_cast<int>(ceil_div(rows, kBlockM));
+    while (tile >= tile_base + int64_t{tiles_m} * tiles_n) {
+      tile_base += int64_t{tiles_m} * tiles_n;
+      row_base += rows;
+      rows = group_m[++group];
+      tiles_m = static_cast<int>(ceil_div(rows, kBlockM));
+    }
+    const int local = static_cast<int>(tile - tile_base);
+    constexpr int kBandM = PersistentTileScheduler::kBandM;
+    const int band_tiles = kBandM * tiles_n;
+    const int band_m0 = (local / band_tiles) * kBandM;
+    const int in_band = local % band_tiles;
+    const int band_height = tiles_m - band_m0 < kBandM ? tiles_m - band_m0 : kBandM;
+    const TileCoord c{group, band_m0 + in_band % band_height, in_band / band_height};
+    return WorkTile{c, static_cast<int>(ceil_div(k, kScaleBlockK)), 0, 0, 0, 0, 0,
+                    row_base + c.m_block * static_cast<int>(kBlockM), row_base + rows};
   }
 };
 

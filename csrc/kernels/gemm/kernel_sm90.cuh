@@ -1,5 +1,6 @@
-// \brief The SM90 wgrad GEMM kernel shell: persistent, warp-specialized (1 TMA producer warpgroup,
-// 2 WGMMA consumer warpgroups), over <Mainloop, Epilogue, Scheduler>. Torch-free.
+// \brief The SM90 GEMM kernel shell: persistent, warp-specialized (1 TMA producer warpgroup, 2 WGMMA consumer
+// warpgroups), over <Mainloop, Epilogue, Scheduler>: the weight-gradient GEMMs (fp32 reduce-add epilogue) and
+// the m-grouped expert GEMM (bf16 epilogue). Torch-free.
 #pragma once
 
 #include <cute/arch/cluster_sm90.hpp>
@@ -11,6 +12,7 @@
 
 #include <type_traits>
 
+#include "kernels/gemm/epilogue_bf16_sm90.cuh"
 #include "kernels/gemm/epilogue_sm90.cuh"
 #include "kernels/gemm/group_walker.cuh"
 #include "kernels/gemm/mainloop_sm90.cuh"
@@ -38,18 +40,21 @@ template <GroupMode kMode_>
 struct GemmParamsSm90 {
   static constexpr GroupMode kMode = kMode_;
   CUtensorMap tma_a;    // fp8 [rows M, K] K-major, box 128 x 128, 128B swizzle (unused: Packed)
-  CUtensorMap tma_b;    // fp8 [rows N, K], box 128 x BLOCK_N (unused: Packed)
+  CUtensorMap tma_b;    // fp8 [rows N, K], box 128 x BLOCK_N (unused: Packed); MGrouped: [G, N, K], box 128 x BLOCK_N x 1
   CUtensorMap tma_sa;   // fp32 [M, KB] MN-major, box 128 x 1
-  CUtensorMap tma_sb;   // fp32 [N, KB] MN-major, box BLOCK_N x 1
-  CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1, reduce-add (unused when N < 4)
+  CUtensorMap tma_sb;   // fp32 [N, KB] MN-major, box BLOCK_N x 1; MGrouped: [G, KB, N], box BLOCK_N x 1 x 1
+  CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1, reduce-add (unused when N < 4 and for MGrouped)
   std::conditional_t<kMode_ == GroupMode::Packed, PackedGroups, NoPackedGroups> packed;
-  const int* group_k = nullptr;        // Contiguous: the user's int32 sizes
+  const int* group_k = nullptr;        // Contiguous: the user's int32 sizes; MGrouped: the rows of each group
   const uint8_t* a = nullptr;          // Contiguous: the operands and their row strides (bytes), for
   const uint8_t* b = nullptr;          // the 16 bytes past a shifted window (MainloopSm90::shift_stages)
   int64_t lda = 0, ldb = 0;
-  int k = 0;                           // Dense: K; Contiguous: K_total
+  int k = 0;                           // Dense, MGrouped: K; Contiguous: K_total
+  int m_total = 0;                     // MGrouped: T, the rows of a (and of out)
+  int m_groups = 0;                    // MGrouped: G (the scheduler holds only a bound on the tiles)
   PersistentTileScheduler scheduler{};
   OutView out;  // out itself, for the columns past N & ~3 that the TMA store leaves to the threads
+  Bf16OutView out_bf16;  // MGrouped: out
 #ifdef WGRAD_DIAG_VARIANTS
   int diag = 0;  // measurement build only: bits kDiag* of kernels/common/diag.h (WGRAD_DIAG)
 #endif
@@ -63,15 +68,45 @@ constexpr int kConsumerRegisters = 224;
 constexpr int kNumThreads = 384;
 constexpr int kClusterSize = PersistentTileScheduler::kClusterN;
 
-template <int kBlockN, int kStages>
+template <int kBlockN, int kStages, bool kEpilogueSmem = true>
 struct SharedStorageSm90 {
   typename MainloopSm90<kBlockN, kStages>::SharedStorage mainloop;
   typename EpilogueSm90<kBlockN>::SharedStorage epilogue;
 };
+template <int kBlockN, int kStages>
+struct SharedStorageSm90<kBlockN, kStages, false> {
+  typename MainloopSm90<kBlockN, kStages>::SharedStorage mainloop;
+};
+
+template <GroupMode kMode>
+constexpr bool kReduceAddEpilogue = kMode != GroupMode::MGrouped;
 
 // Contiguous-K sizes are only on the device: every CTA validates them (each >= 0, sum equal to
 // K_total) before touching anything, and all CTAs reach the same verdict. Invalid sizes leave `out`
 // untouched.
+// m-grouped sizes likewise (each >= 0, sum equal to T); the kernel's tile count follows from them:
+// sum_g ceil(M_g / 128) row blocks, each tiles_n wide. Returns the tile count, or -1 for invalid sizes
+// (out untouched).
+template <class Params>
+__device__ int64_t m_grouped_tiles(const Params& p) {
+  __shared__ unsigned long long rows, row_blocks;
+  if (threadIdx.x == 0) rows = row_blocks = 0;
+  __syncthreads();
+  long long local_rows = 0, local_blocks = 0;
+  int bad = 0;
+  for (int g = threadIdx.x; g < p.m_groups; g += blockDim.x) {
+    const int mg = p.group_k[g];
+    bad |= mg < 0;
+    local_rows += mg;
+    local_blocks += ceil_div(mg, kBlockM);
+  }
+  atomicAdd(&rows, static_cast<unsigned long long>(local_rows));
+  atomicAdd(&row_blocks, static_cast<unsigned long long>(local_blocks));
+  const int any_bad = __syncthreads_or(bad);
+  if (any_bad || static_cast<long long>(rows) != p.m_total) return -1;
+  return static_cast<int64_t>(row_blocks) * p.scheduler.tiles_n;
+}
+
 template <class Params>
 __device__ bool group_sizes_valid(const Params& p) {
   if constexpr (Params::kMode != GroupMode::Contiguous) {
@@ -103,11 +138,23 @@ __device__ inline void cluster_or_cta_sync() {
 }
 
 template <class Params>
-__device__ GroupKWalker<Params::kMode> make_walker(const Params& p) {
-  if constexpr (Params::kMode == GroupMode::Packed) {
+__device__ auto make_walker(const Params& p) {
+  if constexpr (Params::kMode == GroupMode::MGrouped) {
+    return MGroupWalker{p.group_k, p.scheduler.tiles_n, p.k};
+  } else if constexpr (Params::kMode == GroupMode::Packed) {
     return GroupKWalker<Params::kMode>{p.packed.k, p.packed.kb_base, 0};
   } else {
     return GroupKWalker<Params::kMode>{p.group_k, nullptr, p.k};
+  }
+}
+
+// The work of cluster tile `tile` for the CTA of `rank`.
+template <class Params, class Walker>
+__device__ WorkTile next_work(const Params& p, Walker& walker, int tile, int rank) {
+  if constexpr (Params::kMode == GroupMode::MGrouped) {
+    return walker.work(tile);
+  } else {
+    return walker.work(p.scheduler.coord(tile, rank));
   }
 }
 
@@ -127,9 +174,17 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   using namespace cute;
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  auto& smem = *reinterpret_cast<SharedStorageSm90<kBlockN, kStages>*>(smem_raw);
+  auto& smem = *reinterpret_cast<SharedStorageSm90<kBlockN, kStages, kReduceAddEpilogue<Params::kMode>>*>(smem_raw);
 
   if (!group_sizes_valid(p)) return;
+  int total_tiles = 0;
+  if constexpr (Params::kMode == GroupMode::MGrouped) {
+    const int64_t tiles = m_grouped_tiles(p);  // < 2^31: the host bounds it
+    if (tiles < 0) return;
+    total_tiles = static_cast<int>(tiles);
+  } else {
+    total_tiles = static_cast<int>(p.scheduler.total_cluster_tiles());  // < 2^31: host-checked
+  }
 
   const int warp_group = threadIdx.x / 128;
   const bool producer = warp_group == 0;
@@ -137,7 +192,7 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   if (threadIdx.x == 0) {
     prefetch_tma_descriptor(&p.tma_sa);
     prefetch_tma_descriptor(&p.tma_sb);
-    prefetch_tma_descriptor(&p.tma_out);
+    if constexpr (kReduceAddEpilogue<Params::kMode>) prefetch_tma_descriptor(&p.tma_out);
     if constexpr (Params::kMode != GroupMode::Packed) {
       prefetch_tma_descriptor(&p.tma_a);
       prefetch_tma_descriptor(&p.tma_b);
@@ -164,15 +219,14 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   const int cluster_id = blockIdx.x / kClusterSize;
   const int num_clusters = gridDim.x / kClusterSize;
 
-  GroupKWalker<Params::kMode> walker = make_walker(p);
-  const int total_tiles = static_cast<int>(p.scheduler.total_cluster_tiles());  // < 2^31: host-checked
+  auto walker = make_walker(p);
 
   if (producer) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
     if (threadIdx.x == 0) {  // the pipeline's leader: it posts each stage's expected bytes
       typename Mainloop::PipelineState state = cutlass::make_producer_start_state<Pipeline>();
       for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
-        const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
+        const WorkTile w = next_work(p, walker, tile, rank);
         if (w.num_k_blocks > 0) Mainloop::load_tile(p, pipeline, state, smem.mainloop, w, rank);
       }
       Mainloop::template producer_finish<Params>(pipeline, state, smem.mainloop);
@@ -191,13 +245,17 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
     typename Mainloop::PipelineState state;
     const int diag = diag_of(p);
     for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
-      const WorkTile w = walker.work(p.scheduler.coord(tile, rank));
+      const WorkTile w = next_work(p, walker, tile, rank);
       if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
       Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid, diag);
       if (diag & kDiagNoEpilogue) continue;
-      Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid, diag);
+      if constexpr (kReduceAddEpilogue<Params::kMode>) {
+        Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid, diag);
+      } else {
+        EpilogueBf16Sm90<kBlockN>::store(p.out_bf16, acc, w, consumer_tid);
+      }
     }
-    Epilogue::drain(consumer_tid);
+    if constexpr (kReduceAddEpilogue<Params::kMode>) Epilogue::drain(consumer_tid);
   }
   // No CTA leaves while a peer may still multicast into its smem or signal its barriers.
   if constexpr (kClusterSize > 1) cluster_or_cta_sync();

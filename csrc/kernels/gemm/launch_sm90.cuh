@@ -51,6 +51,29 @@ inline std::string make_out_desc(CUtensorMap* desc, float* ptr, int64_t g, int64
                                CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
+// fp8 [g, rows, k] K-major operand, row stride `ld` and group stride `g_stride` elements (any order of the
+// two: a transposed weight's groups may interleave); box 128 (K) x box_rows x 1, 128B swizzle.
+inline std::string make_grouped_operand_desc(CUtensorMap* desc, const void* ptr, int64_t g, int64_t rows, int64_t k,
+                                             int64_t ld, int64_t g_stride, int box_rows) {
+  const uint64_t dims[3] = {static_cast<uint64_t>(k), static_cast<uint64_t>(rows), static_cast<uint64_t>(g)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(rows > 1 ? ld : align_up(k, 16)),
+                               static_cast<uint64_t>(g > 1 ? g_stride : align_up(k, 16) * rows)};
+  const uint32_t box[3] = {static_cast<uint32_t>(kBlockK), static_cast<uint32_t>(box_rows), 1};
+  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, ptr, dims, strides, box,
+                               CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// fp32 [g, kb, mn] scales, contiguous with rows of ld >= mn (ld % 4 == 0) elements: element (g, kb, mn) at
+// (g * kb_count + kb) * ld + mn; box box_mn x 1 x 1.
+inline std::string make_grouped_scale_desc(CUtensorMap* desc, const float* ptr, int64_t g, int64_t mn, int64_t kb,
+                                           int64_t ld, int box_mn) {
+  const uint64_t dims[3] = {static_cast<uint64_t>(mn), static_cast<uint64_t>(kb), static_cast<uint64_t>(g)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(ld * 4), static_cast<uint64_t>(ld * kb * 4)};
+  const uint32_t box[3] = {static_cast<uint32_t>(box_mn), 1, 1};
+  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box,
+                               CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 // Rows of A one CTA loads per stage: half the tile, multicast to both CTAs of its cluster.
 constexpr int kTmaBoxRowsA = kBlockM / kClusterN;
 
@@ -60,10 +83,11 @@ static_assert(sizeof(GemmParamsSm90<GroupMode::Packed>) <= 32764, "kernel parame
 
 template <int kBlockN, GroupMode kMode>
 cudaError_t launch_gemm_sm90_bn(const GemmParamsSm90<kMode>& p, int num_sms, cudaStream_t stream) {
-  constexpr int kStages = stages_for(kBlockN);
+  constexpr bool kEpilogueSmem = kReduceAddEpilogue<kMode>;
+  constexpr int kStages = kEpilogueSmem ? stages_for(kBlockN) : stages_without_epilogue(kBlockN);
   static_assert(kStages >= 3, "a config must fit at least 3 pipeline stages in shared memory");
   auto kernel = &wgrad_gemm_kernel_sm90<kBlockN, kStages, GemmParamsSm90<kMode>>;
-  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorageSm90<kBlockN, kStages>));
+  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorageSm90<kBlockN, kStages, kEpilogueSmem>));
   static_assert(smem_bytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
@@ -92,6 +116,8 @@ cudaError_t launch_gemm_sm90_bn(const GemmParamsSm90<kMode>& p, int num_sms, cud
     }
     max_clusters = resident;
   }
+  // (m-grouped: the tile count depends on the sizes on the device; total_cluster_tiles() is the bound
+  // the host entry sets, ceil(T / 128) + G - 1 row blocks.)
   const int64_t tiles = p.scheduler.total_cluster_tiles();
   const int clusters = static_cast<int>(tiles < max_clusters ? tiles : max_clusters);
   config.gridDim = dim3(kClusterSize * clusters, 1, 1);

@@ -97,7 +97,7 @@ struct MainloopSm90 {
       desc_a = &p.packed.a[w.coord.group];  // kernel parameters: immutable, no proxy fence needed
       desc_b = &p.packed.b[w.coord.group];
     }
-    const int m0 = w.coord.m_block * kBlockM;
+    const int m0 = w.m0;
     const int n0 = w.coord.n_block * kBlockN;
     constexpr uint64_t kEvictNormal = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
     for (int kb = 0; kb < w.num_k_blocks; ++kb) {
@@ -107,7 +107,8 @@ struct MainloopSm90 {
       const int k0 = w.k_col + kb * kBlockK;
       const int scale_col = w.k_block_base + kb;
       const int k_load = k0 - w.k_shift;
-      const bool skip_b = Params::kMode != GroupMode::Contiguous && (diag_of(p) & kDiagHalfB) && (kb & 1);
+      const bool skip_b = Params::kMode != GroupMode::Contiguous && Params::kMode != GroupMode::MGrouped &&
+                          (diag_of(p) & kDiagHalfB) && (kb & 1);
       // Aligned: everything lands on the full barrier. Shifted: the operand windows land on the staging
       // barrier, and the full barrier expects the scales now and the shifters' arrival later.
       uint64_t* operand_bar = full;
@@ -133,11 +134,19 @@ struct MainloopSm90 {
                                                smem.a + stage * kBlockM * kBlockK + rank * kRowsA * kBlockK, k_load,
                                                m0 + rank * kRowsA);
       }
-      if (!skip_b) {
-        cute::SM90_TMA_LOAD_2D::copy(desc_b, operand_bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k_load, n0);
+      if constexpr (Params::kMode == GroupMode::MGrouped) {
+        // b and its scales are [G, N, K] and [G, KB, N]: the group is the third coordinate, so a tile's
+        // rows past N are zero-filled rather than the next group's.
+        const int g = w.coord.group;
+        cute::SM90_TMA_LOAD_3D::copy(desc_b, operand_bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k_load, n0, g);
+        cute::SM90_TMA_LOAD_3D::copy(&p.tma_sb, full, kEvictNormal, smem.sb[stage], n0, scale_col, g);
+      } else {
+        if (!skip_b) {
+          cute::SM90_TMA_LOAD_2D::copy(desc_b, operand_bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k_load, n0);
+        }
+        cute::SM90_TMA_LOAD_2D::copy(&p.tma_sb, full, kEvictNormal, smem.sb[stage], n0, scale_col);
       }
       cute::SM90_TMA_LOAD_2D::copy(&p.tma_sa, full, kEvictNormal, smem.sa[stage], m0, scale_col);
-      cute::SM90_TMA_LOAD_2D::copy(&p.tma_sb, full, kEvictNormal, smem.sb[stage], n0, scale_col);
       ++state;
     }
   }

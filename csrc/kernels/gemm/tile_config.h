@@ -39,6 +39,11 @@ constexpr int stages_for(int block_n) {
   int s = static_cast<int>((kSmemBudgetBytes - epilogue_bytes(block_n)) / stage_bytes(block_n));
   return s > kMaxStages ? kMaxStages : s;
 }
+// The m-grouped GEMM's epilogue stores from registers: its stages take the whole budget.
+constexpr int stages_without_epilogue(int block_n) {
+  int s = static_cast<int>(kSmemBudgetBytes / stage_bytes(block_n));
+  return s > kMaxStages ? kMaxStages : s;
+}
 
 // Relative cost of a tile of width block_n, in units of columns: block_n + a fixed part. The kernel is
 // bound by shared-memory reads (mma_atoms.h): per K block a tile's WGMMAs read the A tile twice (once

@@ -15,13 +15,13 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from . import gemm, layers, quant
+from . import experts, gemm, layers, quant
 from .common import first_line, is_cuda_fault, json_safe, sm90_problem, stderr_progress
 from .suite import Suite, SuiteRun
 from .timing import DEFAULT_REPS, DEFAULT_WARMUP, L2_FLUSH_BYTES
 
 # Every suite the command line knows, in the order of the report and of the JSON document.
-SUITES: List[Suite] = [gemm.SUITE, quant.SUITE, layers.SUITE]
+SUITES: List[Suite] = [gemm.SUITE, quant.SUITE, layers.SUITE, experts.SUITE]
 
 DESCRIPTION = """\
 Validate, then time, wgrad's FP8 1x128-scaled weight-gradient GEMMs (out += a @ b^T, fp32 out) against
@@ -42,7 +42,8 @@ examples:
   python -m wgrad bench --grouped-shape 16,2048,7168,1024 --reps 50
   python -m wgrad bench --short-k
   python -m wgrad bench --quant
-  python -m wgrad bench --layers"""
+  python -m wgrad bench --layers
+  python -m wgrad bench --m-grouped"""
 
 
 def positive_int(text: str) -> int:

@@ -225,15 +225,20 @@ def bench_grouped(experts: int, in_f: int, out_f: int, tokens: int, reps: int, f
                               "bf16": _train_step(ref, x, dy, sizes)}, reps, flush)
     xd = x.detach()
     w = ours.weight.detach()
-    offsets = torch.cumsum(sizes, 0, dtype=torch.int32)
+    w_q, w_s, w_q_t, w_s_t = _recipe.grouped_weight_operands(w)
+    x_q, x_s = quant.quantize_fp8_1x128_rowwise(xd)
+    dy_q, dy_s = quant.quantize_fp8_1x128_rowwise(dy)
     x_q_t, x_s_t, padded = quant.quantize_fp8_1x128_colwise_segments_padded(xd, sizes, pad=32)
     dy_q_t, dy_s_t, _ = quant.quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=32)
     grad = torch.zeros(w.shape, device="cuda")
     steps = _gpu_ms(time_interleaved({
-        "fprop (bf16)": lambda: torch._grouped_mm(xd, w.transpose(-2, -1), offs=offsets),
-        "x cast": lambda: quant.quantize_fp8_1x128_colwise_segments_padded(xd, sizes, pad=32),
-        "dgrad (bf16)": lambda: torch._grouped_mm(dy, w, offs=offsets),
-        "dy cast": lambda: quant.quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=32),
+        "weight cast": lambda: _recipe.grouped_weight_operands(w),
+        "x casts": lambda: (quant.quantize_fp8_1x128_rowwise(xd),
+                            quant.quantize_fp8_1x128_colwise_segments_padded(xd, sizes, pad=32)),
+        "fprop": lambda: _recipe.m_grouped_mm(x_q, x_s, w_q, w_s, sizes, torch.bfloat16),
+        "dy casts": lambda: (quant.quantize_fp8_1x128_rowwise(dy),
+                             quant.quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=32)),
+        "dgrad": lambda: _recipe.m_grouped_mm(dy_q, dy_s, w_q_t, w_s_t, sizes, torch.bfloat16),
         "wgrad": lambda: torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_q_t, dy_s_t, x_q_t,
                                                                                          x_s_t, grad, padded),
     }, reps, flush))

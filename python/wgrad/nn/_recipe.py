@@ -1,9 +1,9 @@
-"""The pieces of the FP8 recipe the layers share: the device check, the cached weight cast, the FP8 GEMM with
+"""The pieces of the FP8 recipe the layers share: the device check, the cached weight casts, the FP8 GEMMs with
 bf16 (or fp16 / fp32) output for fprop and dgrad, and the weight-gradient accumulation into fp32.
 
 Recipe (DeepSeek-V3): activations and output gradients in 1x128 blocks along the reduced dimension, weights
-in 128x128 blocks. fprop `y = x W^T` and dgrad `dX = dY W` run on cuBLAS through `torch._scaled_mm`; wgrad
-`dW = dY^T x` runs on wgrad's own kernel and accumulates in fp32.
+in 128x128 blocks. Dense fprop `y = x W^T` and dgrad `dX = dY W` run on cuBLAS through `torch._scaled_mm`, the
+experts' on wgrad's m-grouped kernel; wgrad `dW = dY^T x` runs on wgrad's own kernels and accumulates in fp32.
 """
 
 from __future__ import annotations
@@ -100,20 +100,56 @@ def weight_operands(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, t
     return q, s, q_t, s_t
 
 
-def quantized_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`weight_operands(weight)`, cached: the micro-batches of one optimizer step cast the weight once.
-    The cast is recomputed after any optimizer step, any in-place op on the weight (`copy_`,
-    `load_state_dict`: `weight._version`), a new storage (`weight.data = ...`) and `clear_weight_cache()`, so
-    a stale cast is never served."""
+def grouped_weight_operands(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The 128x128 cast of expert weights [G, out, in], uncached, as the m-grouped GEMM takes it: `q` [G, out,
+    in] and `s` [G, ceil(out/128), ceil(in/128)] for fprop, `q_t` [G, in, out] and `s_t` [G, ceil(in/128),
+    ceil(out/128)] for dgrad. With out a multiple of 128 the experts are one [G * out, in] matrix (one launch;
+    the transposed operands are strided views of its q_t and scales_t); otherwise one cast per expert."""
+    w = weight.detach()
+    groups, out_f, in_f = w.shape
+    if out_f % 128 == 0:
+        q, s, q_t, s_t = quantize_fp8_128x128(w.reshape(groups * out_f, in_f))
+        ob, ib = out_f // 128, s.shape[1]
+        return (q.view(groups, out_f, in_f), s.view(groups, ob, ib),
+                q_t.view(in_f, groups, out_f).permute(1, 0, 2), s_t.view(ib, groups, ob).permute(1, 0, 2))
+    parts = [quantize_fp8_128x128(w[g]) for g in range(groups)]
+    return tuple(torch.stack([p[i] for p in parts]) for i in range(4))
+
+
+def _cached(weight: torch.Tensor, make):
+    """make(weight), cached: the micro-batches of one optimizer step cast the weight once. The cast is
+    recomputed after any optimizer step, any in-place op on the weight (`copy_`, `load_state_dict`:
+    `weight._version`), a new storage (`weight.data = ...`) and `clear_weight_cache()`, so a stale cast is
+    never served."""
     if _uncached():
-        return weight_operands(weight)
+        return make(weight)
     key = (_OPTIMIZER_STEPS[0], weight._version, weight.data_ptr(), weight.dtype, weight.device, tuple(weight.shape))
     hit = _WEIGHT_CACHE.get(weight)
     if hit is not None and hit[0] == key:
         return hit[1]
-    value = weight_operands(weight)
+    value = make(weight)
     _WEIGHT_CACHE[weight] = (key, value)
     return value
+
+
+def quantized_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`weight_operands(weight)` of a dense layer's weight, cached (see `_cached`)."""
+    return _cached(weight, weight_operands)
+
+
+def quantized_grouped_weight(weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`grouped_weight_operands(weight)` of expert weights, cached (see `_cached`)."""
+    return _cached(weight, grouped_weight_operands)
+
+
+def m_grouped_mm(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, sizes: torch.Tensor,
+                 out_dtype: torch.dtype) -> torch.Tensor:
+    """Rows of group g of `a` [T, K] (1x128 scales `sa`) times `b[g]`^T ([G, N, K], 128x128 scales `sb`):
+    [T, N], through wgrad's m-grouped kernel (bf16; on the CPU its reference, the float64 product rounded to
+    bf16), in `out_dtype`. No host synchronisation: the sizes stay on the device."""
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16, device=a.device)
+    torch.ops.wgrad.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, out, sizes)
+    return out if out_dtype == torch.bfloat16 else out.to(out_dtype)
 
 
 def _padded(t: torch.Tensor, rows: int, cols: int, fill: float = 0.0) -> torch.Tensor:

@@ -12,12 +12,13 @@ Dense (`fp8_linear`), per call with T tokens:
   gradient like `nn.Linear`'s. Only the GEMMs whose inputs need a gradient run.
 
 Grouped (`fp8_grouped_linear`, MoE experts): x [T, in] holds the tokens grouped by expert, `group_sizes` [G]
-their counts on x's device (any counts, 0 included). fprop and dgrad run in bf16 through `torch._grouped_mm`
-with device-side offsets (torch offers no blockwise-scaled FP8 grouped GEMM on SM90); wgrad through the
-padded segments cast and the contiguous-K k-grouped kernel, accumulated in fp32 into `weight.main_grad`
-[G, out, in] (or returned); an expert with no tokens leaves its gradient untouched. No host synchronisation
-anywhere: sizes on the GPU are validated on the GPU (`torch._assert_async`: a device-side assertion, as
-PyTorch's own index checks), and the whole forward and backward can be captured in a CUDA graph.
+their counts on x's device (any counts, 0 included). fprop and dgrad run in FP8 on wgrad's m-grouped kernel
+(x and dY row-wise in 1x128 blocks, the experts' weights in 128x128 blocks, cast once per weight version;
+bf16 out); wgrad through the padded segments cast and the contiguous-K k-grouped kernel, accumulated in
+fp32 into `weight.main_grad` [G, out, in] (or returned); an expert with no tokens leaves its gradient
+untouched. No host synchronisation anywhere: sizes on the GPU are validated on the GPU (the kernels, and
+`torch._assert_async`: a device-side assertion, as PyTorch's own index checks), and the whole forward and
+backward can be captured in a CUDA graph.
 
 On the CPU every step runs the reference math (float64 products of the dequantized operands), so the
 autograd logic is testable without a GPU.
@@ -145,37 +146,12 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
 # ------------------------------------------------------------------ grouped (MoE) -----------------------
 
 
-_CPU_GROUPED_MM: Optional[bool] = None  # whether this torch's _grouped_mm runs on the CPU (2.14 and later)
-
-
-def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
-    """Row group g of `a` [T, K] (rows [offsets[g-1], offsets[g])) times `b[g]` [K, N]: [T, N] in a's dtype,
-    through `torch._grouped_mm` with the device offsets (bf16 on SM90). On the CPU of a torch without a CPU
-    `_grouped_mm`: a loop over the groups, the same products."""
-    global _CPU_GROUPED_MM
-    if a.is_cuda or _CPU_GROUPED_MM or torch.compiler.is_compiling():
-        return torch._grouped_mm(a, b, offs=offsets)
-    if _CPU_GROUPED_MM is None:
-        try:
-            out = torch._grouped_mm(a, b, offs=offsets)
-            _CPU_GROUPED_MM = True
-            return out
-        except (RuntimeError, NotImplementedError):
-            _CPU_GROUPED_MM = False
-    out = torch.zeros((a.shape[0], b.shape[-1]), dtype=a.dtype)
-    start = 0
-    for g, size in enumerate(sizes.tolist()):
-        if size:
-            out[start:start + size] = a[start:start + size] @ b[g]
-        start += size
-    return out
-
-
 class _Fp8GroupedLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, sizes, main_grad):
-        offsets = torch.cumsum(sizes, 0, dtype=torch.int32)
-        y = _grouped_mm(x, weight.to(x.dtype).transpose(-2, -1), offsets, sizes)
+        w_q, w_s, _, _ = _recipe.quantized_grouped_weight(weight)
+        x_q, x_s = quantize_fp8_1x128_rowwise(x)
+        y = _recipe.m_grouped_mm(x_q, x_s, w_q, w_s, sizes, x.dtype)
         if bias is not None:
             expert = torch.repeat_interleave(torch.arange(weight.shape[0], device=x.device), sizes,
                                              output_size=x.shape[0])
@@ -185,16 +161,21 @@ class _Fp8GroupedLinear(torch.autograd.Function):
             x_q_t, x_s_t, padded = quantize_fp8_1x128_colwise_segments_padded(x, sizes, pad=GROUPED_PAD)
         else:
             x_q_t = x_s_t = padded = None
-        ctx.save_for_backward(x_q_t, x_s_t, padded, weight if ctx.needs_input_grad[0] else None, sizes, offsets)
+        # The weight is saved for dgrad, whose transposed cast comes from the cache (cast once per version).
+        ctx.save_for_backward(x_q_t, x_s_t, padded, weight if ctx.needs_input_grad[0] else None, sizes)
         _remember_weight(ctx, x, weight, main_grad)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x_q_t, x_s_t, padded, weight, sizes, offsets = ctx.saved_tensors
+        x_q_t, x_s_t, padded, weight, sizes = ctx.saved_tensors
         need_dgrad, need_wgrad, need_bgrad = ctx.needs_input_grad[:3]
         dy = dy.contiguous()
-        dx = _grouped_mm(dy, weight.to(dy.dtype), offsets, sizes).to(ctx.x_dtype) if need_dgrad else None
+        dx = None
+        if need_dgrad:
+            _, _, w_q_t, w_s_t = _recipe.quantized_grouped_weight(weight)
+            dy_q, dy_s = quantize_fp8_1x128_rowwise(dy)
+            dx = _recipe.m_grouped_mm(dy_q, dy_s, w_q_t, w_s_t, sizes, ctx.x_dtype)
         dw = None
         if need_wgrad:
             dy_q_t, dy_s_t, _ = quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=GROUPED_PAD)
@@ -266,7 +247,7 @@ def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor,
     _check_float(op, "x", x)
     _check_float(op, "weight", weight)
     if x.is_cuda and x.dtype != torch.bfloat16:
-        raise ValueError(f"{op}: x must be bfloat16 on the GPU (bf16 grouped GEMMs), got {x.dtype}")
+        raise ValueError(f"{op}: x must be bfloat16 on the GPU (the expert GEMM writes bf16), got {x.dtype}")
     if bias is not None and tuple(bias.shape) != (groups, out_features):
         raise ValueError(f"{op}: bias must have shape [{groups}, {out_features}], got {tuple(bias.shape)}")
     for name, t in (("weight", weight), ("bias", bias)):

@@ -45,7 +45,7 @@ class Fp8GroupedLinear(nn.Module):
     """The experts of an MoE layer: `forward(x, group_sizes)` multiplies expert g's rows of `x` [T, in] (tokens
     grouped by expert, `group_sizes` [G] their counts on x's device, any counts, 0 included) by
     `weight[g]^T` [in, out]. `weight` [G, out, in] (and `bias` [G, out]) initialised per expert as
-    `nn.Linear`'s. fprop and dgrad run in bf16 (`torch._grouped_mm`), wgrad in FP8 through wgrad's k-grouped
+    `nn.Linear`'s. fprop and dgrad run in FP8 on wgrad's m-grouped kernel, wgrad in FP8 on its k-grouped
     kernel, into `weight.main_grad` when it exists. No host synchronisation: capturable in a CUDA graph."""
 
     def __init__(self, num_experts: int, in_features: int, out_features: int, bias: bool = False, device=None,
