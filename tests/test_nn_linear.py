@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -18,7 +20,7 @@ from torch import nn
 
 import nn_reference
 import wgrad
-from helpers import gpu, rel_frobenius
+from helpers import gpu, package_env, rel_frobenius
 from wgrad.nn import Fp8Linear, fp8_linear
 from wgrad.nn import _recipe
 
@@ -328,6 +330,20 @@ def test_gpu_fp8_mm_matches_the_float64_product(case):
     ref = _recipe.fp8_mm(a.cpu(), sa.cpu(), q0.cpu(), s0.cpu(), torch.float64)
     assert y.shape == (m, n) and rel_frobenius(y.cpu().double(), ref) <= 1e-4
     assert torch.equal(y, y0)
+
+
+@gpu
+def test_gpu_backward_thread_runs_a_wgrad_op_first():
+    # In a fresh process autograd's backward thread has made no CUDA runtime call when the dense backward's
+    # first op (the dY cast) encodes its TMA descriptors: the driver call must still find a context.
+    code = ("import torch, wgrad.nn as wn\n"
+            "layer = wn.Fp8Linear(256, 128, device='cuda', dtype=torch.bfloat16)\n"
+            "x = torch.randn(64, 256, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+            "layer(x).float().sum().backward()\n"
+            "torch.cuda.synchronize()\n"
+            "print('ok', bool(torch.isfinite(x.grad).all()), bool(torch.isfinite(layer.weight.grad).all()))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=package_env(), timeout=300)
+    assert run.returncode == 0 and run.stdout.split() == ["ok", "True", "True"], run.stderr[-2000:]
 
 
 @gpu

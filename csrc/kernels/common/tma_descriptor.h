@@ -29,9 +29,19 @@ inline std::string encode_tma_descriptor(CUtensorMap* desc, CUtensorMapDataType 
   }();
   if (encode == nullptr) return "cuTensorMapEncodeTiled is not available from the CUDA driver";
   uint32_t elem_strides[5] = {1, 1, 1, 1, 1};
-  const CUresult r = encode(desc, dtype, rank, const_cast<void*>(base), dims, strides_bytes, box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  auto call = [&] {
+    return encode(desc, dtype, rank, const_cast<void*>(base), dims, strides_bytes, box, elem_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  CUresult r = call();
+  if (r == CUDA_ERROR_INVALID_CONTEXT) {
+    // A driver call needs a current context, and a thread that has made no runtime call yet has none
+    // (autograd's backward threads, when a wgrad op is the first thing they run): cudaFree(nullptr) makes
+    // the device's primary context current in this thread, then the encode is retried once.
+    cudaFree(nullptr);
+    r = call();
+  }
   if (r != CUDA_SUCCESS) return "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(static_cast<int>(r));
   return {};
 }

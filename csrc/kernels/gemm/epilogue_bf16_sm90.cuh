@@ -42,17 +42,18 @@ struct EpilogueBf16Sm90 {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int row = w.m0 + 64 * m + 16 * warp + lane / 4 + 8 * h;
-        if (row >= w.m_end) continue;
-        __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out.ptr + row * out.ld + col0);
+        const bool row_ok = row < w.m_end;
+        __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out.ptr + int64_t{row} * out.ld + col0);
         CUTE_UNROLL
         for (int j = 0; j < kColGroups; ++j) {
-          // N is even: a pair is inside out or entirely past it.
-          if (col0 + 8 * j >= out.n) break;
+          // N is even: a pair is inside out or entirely past it. Predicated stores, no early exits.
           const int i = kFragPerM * m + 4 * j + 2 * h;
-          dst[4 * j] = __floats2bfloat162_rn(acc(i), acc(i + 1));
+          if (row_ok && col0 + 8 * j < out.n) dst[4 * j] = __floats2bfloat162_rn(acc(i), acc(i + 1));
         }
       }
     }
+    // The lanes took different paths above; the next tile's WGMMAs (.sync.aligned) need the warp converged.
+    __syncwarp();
   }
 };
 
