@@ -66,8 +66,9 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_cuda(const torch::stable::Tensor&
   p.m_total = static_cast<int>(t);
   p.m_groups = static_cast<int>(groups);
   p.out_bf16 = Bf16OutView{static_cast<__nv_bfloat16*>(out.mutable_data_ptr()), out.stride(0), static_cast<int>(n)};
-  // A bound on the tiles for the grid: sum_g ceil(M_g / 128) <= ceil(T / 128) + G - 1 row blocks.
-  p.scheduler = {static_cast<int>(ceil_div(t, kBlockM) + groups - 1), static_cast<int>(ceil_div(n, block_n)), 1};
+  // The grid's size: about the row tiles there can be (each group adds at most two partial ones to
+  // ceil(T / 128)); the kernel counts the real ones from the sizes and its CTAs loop over them.
+  p.scheduler = {static_cast<int>(ceil_div(t, kBlockM) + 2 * groups), static_cast<int>(ceil_div(n, block_n)), 1};
   launch(op, p, block_n, out);
 }
 

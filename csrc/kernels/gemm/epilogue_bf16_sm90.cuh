@@ -1,7 +1,7 @@
 // \brief SM90 epilogue of the m-grouped GEMM: out = acc in bf16, stored by the threads that hold it.
 //
-// A tile's rows past its group's end belong to the next group's tiles (another CTA writes them), so the
-// store must stop at a row that no tensor map knows: each thread writes its own elements, two adjacent
+// A tile's rows outside its group belong to the neighbouring groups' tiles (another CTA writes them), so
+// the store must stop at rows that no tensor map knows: each thread writes its own elements, two adjacent
 // columns (one 4-byte bf16 pair) per store, rows past the group and columns past N skipped. The four
 // lanes of a quad write 16 contiguous bytes of a row and the pairs of two consecutive column groups fill
 // one 32-byte sector, which the L2 merges before it writes back. No shared memory, nothing left in flight.
@@ -42,7 +42,7 @@ struct EpilogueBf16Sm90 {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int row = w.m0 + 64 * m + 16 * warp + lane / 4 + 8 * h;
-        const bool row_ok = row < w.m_end;
+        const bool row_ok = row >= w.m_begin && row < w.m_end;
         __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out.ptr + int64_t{row} * out.ld + col0);
         CUTE_UNROLL
         for (int j = 0; j < kColGroups; ++j) {

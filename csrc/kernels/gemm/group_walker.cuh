@@ -26,8 +26,8 @@ struct WorkTile {
                      // into place in shared memory (MainloopSm90::shift_stages), zeroing past the group
   int last_valid;    // contiguous-K only: valid columns of the last block (1 to 128)
   int m0;            // first row of the tile in a (and in out)
-  int m_end;         // m-grouped only: the end of the tile's group in a's rows; out rows from here on
-                     // belong to the next group and are not written
+  int m_begin;       // m-grouped only: the rows [m_begin, m_end) of the tile are its group's; the others
+  int m_end;         // belong to the neighbouring groups and are not written
 };
 
 // Walks groups in increasing order (the tile order of PersistentTileScheduler is group-major and
@@ -42,7 +42,7 @@ struct GroupKWalker {
   int kb_offset = 0;         // sum of their block counts
 
   __device__ WorkTile work(const TileCoord& c) {
-    WorkTile w{c, 0, 0, 0, 0, 0, 0, c.m_block * static_cast<int>(kBlockM), 0};
+    WorkTile w{c, 0, 0, 0, 0, 0, 0, c.m_block * static_cast<int>(kBlockM), 0, 0};
     if constexpr (kMode == GroupMode::Dense) {
       w.num_k_blocks = static_cast<int>(ceil_div(k, kScaleBlockK));
     } else if constexpr (kMode == GroupMode::Packed) {
@@ -70,10 +70,17 @@ struct GroupKWalker {
 };
 
 // m-grouped: the rows of a come in groups (int32 sizes on the device, validated by the kernel first) and
-// every group multiplies its own b. Tiles are numbered group by group, ceil(M_g / 128) x tiles_n for
-// group g, and inside a group rasterised like PersistentTileScheduler's (bands of kBandM row blocks) so
-// that the tiles in flight share the group's B panels in L2. Every CTA visits its tiles in increasing
-// order, so the walker passes through the groups once.
+// every group multiplies its own b. A group's row tiles start at its first row rounded down to a multiple
+// of 4: the MN-major scales of a are loaded by TMA with the row as their innermost coordinate, which must
+// be 16-byte aligned. So group g (first row off_g) has ceil(((off_g & 3) + M_g) / 128) row tiles (none when
+// M_g == 0), each tiles_n wide. Tiles are numbered group by group and inside a group rasterised like
+// PersistentTileScheduler's (bands of kBandM row blocks) so that the tiles in flight share the group's B
+// panels in L2. Every CTA visits its tiles in increasing order, so the walker passes through the groups
+// once.
+__device__ __forceinline__ int m_group_row_tiles(int64_t first_row, int rows) {
+  return rows > 0 ? static_cast<int>(ceil_div((first_row & 3) + rows, kBlockM)) : 0;
+}
+
 struct MGroupWalker {
   const int* group_m;  // the user's sizes (valid: checked before any walk)
   int tiles_n;
@@ -85,12 +92,12 @@ struct MGroupWalker {
   // `tile` < the total tile count (so some group holds it).
   __device__ WorkTile work(int64_t tile) {
     int rows = group_m[group];
-    int tiles_m = static_cast<int>(ceil_div(rows, kBlockM));
+    int tiles_m = m_group_row_tiles(row_base, rows);
     while (tile >= tile_base + int64_t{tiles_m} * tiles_n) {
       tile_base += int64_t{tiles_m} * tiles_n;
       row_base += rows;
       rows = group_m[++group];
-      tiles_m = static_cast<int>(ceil_div(rows, kBlockM));
+      tiles_m = m_group_row_tiles(row_base, rows);
     }
     const int local = static_cast<int>(tile - tile_base);
     constexpr int kBandM = PersistentTileScheduler::kBandM;
@@ -100,7 +107,7 @@ struct MGroupWalker {
     const int band_height = tiles_m - band_m0 < kBandM ? tiles_m - band_m0 : kBandM;
     const TileCoord c{group, band_m0 + in_band % band_height, in_band / band_height};
     return WorkTile{c, static_cast<int>(ceil_div(k, kScaleBlockK)), 0, 0, 0, 0, 0,
-                    row_base + c.m_block * static_cast<int>(kBlockM), row_base + rows};
+                    (row_base & ~3) + c.m_block * static_cast<int>(kBlockM), row_base, row_base + rows};
   }
 };
 

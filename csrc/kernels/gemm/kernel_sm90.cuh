@@ -85,26 +85,46 @@ constexpr bool kReduceAddEpilogue = kMode != GroupMode::MGrouped;
 // K_total) before touching anything, and all CTAs reach the same verdict. Invalid sizes leave `out`
 // untouched.
 // m-grouped sizes likewise (each >= 0, sum equal to T); the kernel's tile count follows from them:
-// sum_g ceil(M_g / 128) row blocks, each tiles_n wide. Returns the tile count, or -1 for invalid sizes
+// sum_g m_group_row_tiles(off_g, M_g) row tiles (group_walker.cuh), each tiles_n wide, which warp 0
+// counts with a prefix sum over the groups, 32 at a time. Returns the tile count, or -1 for invalid sizes
 // (out untouched).
 template <class Params>
 __device__ int64_t m_grouped_tiles(const Params& p) {
-  __shared__ unsigned long long rows, row_blocks;
-  if (threadIdx.x == 0) rows = row_blocks = 0;
+  __shared__ unsigned long long rows;
+  __shared__ long long row_tiles;
+  if (threadIdx.x == 0) rows = 0;
   __syncthreads();
-  long long local_rows = 0, local_blocks = 0;
+  long long local_rows = 0;
   int bad = 0;
   for (int g = threadIdx.x; g < p.m_groups; g += blockDim.x) {
     const int mg = p.group_k[g];
     bad |= mg < 0;
     local_rows += mg;
-    local_blocks += ceil_div(mg, kBlockM);
   }
   atomicAdd(&rows, static_cast<unsigned long long>(local_rows));
-  atomicAdd(&row_blocks, static_cast<unsigned long long>(local_blocks));
   const int any_bad = __syncthreads_or(bad);
   if (any_bad || static_cast<long long>(rows) != p.m_total) return -1;
-  return static_cast<int64_t>(row_blocks) * p.scheduler.tiles_n;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    long long base = 0, tiles = 0;  // base: the first row of the chunk's first group
+    for (int g0 = 0; g0 < p.m_groups; g0 += 32) {
+      const int mg = g0 + lane < p.m_groups ? p.group_k[g0 + lane] : 0;
+      long long inclusive = mg;
+      CUTE_UNROLL
+      for (int d = 1; d < 32; d *= 2) {
+        const long long v = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += v;
+      }
+      long long t = m_group_row_tiles(base + inclusive - mg, mg);
+      CUTE_UNROLL
+      for (int d = 16; d > 0; d /= 2) t += __shfl_xor_sync(0xffffffffu, t, d);
+      tiles += t;
+      base += __shfl_sync(0xffffffffu, inclusive, 31);
+    }
+    if (lane == 0) row_tiles = tiles;
+  }
+  __syncthreads();
+  return row_tiles * p.scheduler.tiles_n;
 }
 
 template <class Params>

@@ -116,8 +116,8 @@ cudaError_t launch_gemm_sm90_bn(const GemmParamsSm90<kMode>& p, int num_sms, cud
     }
     max_clusters = resident;
   }
-  // (m-grouped: the tile count depends on the sizes on the device; total_cluster_tiles() is the bound
-  // the host entry sets, ceil(T / 128) + G - 1 row blocks.)
+  // (m-grouped: the tile count depends on the sizes on the device; total_cluster_tiles() is the estimate
+  // the host entry sets, and the persistent CTAs loop over however many there are.)
   const int64_t tiles = p.scheduler.total_cluster_tiles();
   const int clusters = static_cast<int>(tiles < max_clusters ? tiles : max_clusters);
   config.gridDim = dim3(kClusterSize * clusters, 1, 1);

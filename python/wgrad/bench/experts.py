@@ -2,8 +2,9 @@
 has without it, in one process on identical operands:
 
 - "scaled_mm loop": one `torch._scaled_mm` (cuBLAS, 1x128 x 128x128 blockwise FP8, bf16 out) per expert, with
-  the group sizes given on the host for free and every expert's operands and scales sliced and laid out
-  before the clock starts (the loop a user writes when a host synchronisation is acceptable);
+  the group sizes given on the host for free and every expert's operands, scales and output laid out (rows
+  padded to a multiple of 16, which cuBLAS needs) before the clock starts (the loop a user writes when a
+  host synchronisation is acceptable);
 - "bf16 grouped_mm": `torch._grouped_mm` in bf16 with device offsets (what `Fp8GroupedLinear` used before).
 
 GPU time with the host's enqueue hidden (layers.time_interleaved), L2 flushed before every call, medians; the
@@ -76,8 +77,9 @@ def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush:
     out = torch.empty(tokens, n, device="cuda", dtype=torch.bfloat16)
     ours = lambda: m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a, sa), (b, sb), sizes, out)
 
-    # The loop's operands, prepared outside the clock: per expert a row slice of a, its scales with strides
-    # exactly (1, M_g) as cuBLAS takes them, and the expert's weight blocks.
+    # The loop's operands, prepared outside the clock: per expert its rows of a padded with zero rows to a
+    # multiple of 16 (cuBLAS's blockwise FP8 GEMM rejects other row counts), their scales with strides exactly
+    # (1, rows) as cuBLAS takes them, the expert's weight blocks, and an output of the padded rows.
     starts = [0]
     for m in split:
         starts.append(starts[-1] + m)
@@ -85,16 +87,17 @@ def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush:
     for g, m in enumerate(split):
         if m == 0:
             continue
-        a_g = a[starts[g]:starts[g + 1]]
-        sa_g = torch.empty((sa.shape[1], m), dtype=torch.float32, device="cuda").t()
-        sa_g.copy_(sa[starts[g]:starts[g + 1]])
-        per_expert.append((g, a_g, sa_g, b[g], sb[g].contiguous()))
-    loop_out = torch.empty(tokens, n, device="cuda", dtype=torch.bfloat16)
+        rows = -(-m // 16) * 16
+        a_g = torch.zeros((rows, k), dtype=a.dtype, device="cuda")
+        a_g[:m] = a[starts[g]:starts[g + 1]]
+        sa_g = torch.ones((sa.shape[1], rows), dtype=torch.float32, device="cuda").t()
+        sa_g[:m] = sa[starts[g]:starts[g + 1]]
+        out_g = torch.empty((rows, n), dtype=torch.bfloat16, device="cuda")
+        per_expert.append((g, a_g, sa_g, b[g], sb[g].contiguous(), out_g))
 
     def loop():
-        for g, a_g, sa_g, b_g, sb_g in per_expert:
-            torch._scaled_mm(a_g, b_g.t(), scale_a=sa_g, scale_b=sb_g.t(), out_dtype=torch.bfloat16,
-                             out=loop_out[starts[g]:starts[g + 1]])
+        for _g, a_g, sa_g, b_g, sb_g, out_g in per_expert:
+            torch._scaled_mm(a_g, b_g.t(), scale_a=sa_g, scale_b=sb_g.t(), out_dtype=torch.bfloat16, out=out_g)
 
     offsets = torch.cumsum(sizes, 0, dtype=torch.int32)
     w_t = w.transpose(-2, -1)
@@ -103,6 +106,9 @@ def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush:
     # Errors against the fp32 product of the dequantized operands, expert by expert.
     ours()
     loop()
+    loop_out = torch.empty(tokens, n, device="cuda", dtype=torch.bfloat16)
+    for g, _a, _s, _b, _sb, out_g in per_expert:
+        loop_out[starts[g]:starts[g + 1]] = out_g[:split[g]]
     deq_a = (a.float().view(tokens, -1, 128) * sa[:, :, None]).view(tokens, k) if k % 128 == 0 else None
     errs = [float("nan"), float("nan")]
     if deq_a is not None:
