@@ -52,7 +52,8 @@ struct EpilogueBf16Sm90 {
         }
       }
     }
-    // The lanes took different paths above; the next tile's WGMMAs (.sync.aligned) need the warp converged.
+    // The bounds differ from lane to lane; the next tile's WGMMAs (.sync.aligned) need the warp converged,
+    // whatever the compiler makes of the conditions above.
     __syncwarp();
   }
 };
