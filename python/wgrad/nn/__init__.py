@@ -3,7 +3,9 @@ for the recipe and what runs where)."""
 
 from . import functional
 from ._recipe import clear_weight_cache
+from .distributed import all_reduce_main_grads, main_grads
 from .functional import fp8_grouped_linear, fp8_linear
 from .modules import Fp8GroupedLinear, Fp8Linear
 
-__all__ = ["Fp8GroupedLinear", "Fp8Linear", "clear_weight_cache", "fp8_grouped_linear", "fp8_linear", "functional"]
+__all__ = ["Fp8GroupedLinear", "Fp8Linear", "all_reduce_main_grads", "clear_weight_cache", "fp8_grouped_linear",
+           "fp8_linear", "functional", "main_grads"]
