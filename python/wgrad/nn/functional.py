@@ -140,7 +140,9 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         y = _recipe.fp8_mm(x_q, x_s, w_q, w_s, x.dtype)
         if bias is not None:
             y = y + bias.to(y.dtype)
-    return y.reshape(*lead, out_features)
+    # A 2-D x gets y itself, not a view of it (FSDP2 warns about module outputs that are views: an in-place
+    # op on one would skip its backward hooks).
+    return y if x.dim() == 2 else y.reshape(*lead, out_features)
 
 
 # ------------------------------------------------------------------ grouped (MoE) -----------------------
