@@ -113,6 +113,29 @@ void check_grouped_out(const char* op, const torch::stable::Tensor& out, int64_t
               out.size(0));
 }
 
+// Group sizes on the device: int32, 1-D [G], G >= 1, contiguous. Returns G.
+int64_t check_group_size_tensor(const char* op, const char* name, const torch::stable::Tensor& s) {
+  WGRAD_CHECK(s.scalar_type() == ScalarType::Int, op, ": ", name, " must be int32, got ", s.scalar_type());
+  WGRAD_CHECK(s.dim() == 1, op, ": ", name, " must be 1-D [G], got ", s.dim(), "-D ", s.sizes());
+  WGRAD_CHECK(s.is_contiguous(), op, ": ", name, " must be contiguous, got strides ", s.strides());
+  WGRAD_CHECK(s.size(0) >= 1, op, ": ", name, " must name at least one group, got an empty tensor");
+  return s.size(0);
+}
+
+// Their values, where they can be read without a synchronisation (on the CPU; on CUDA the kernels validate
+// them): each >= 0, summing to `total` (`what` names it in the message).
+void check_group_size_values(const char* op, const char* name, const torch::stable::Tensor& s, int64_t total,
+                             const char* what) {
+  if (!s.is_cpu()) return;
+  const int32_t* v = s.const_data_ptr<int32_t>();
+  int64_t sum = 0;
+  for (int64_t g = 0; g < s.size(0); ++g) {
+    WGRAD_CHECK(v[g] >= 0, op, ": ", name, "[", g, "] must be >= 0, got ", v[g]);
+    sum += v[g];
+  }
+  WGRAD_CHECK(sum == total, op, ": sum(", name, ") must equal ", what, " = ", total, ", got ", sum);
+}
+
 }  // namespace
 
 void check_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
@@ -177,11 +200,7 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
     const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
     const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks) {
   constexpr const char* op = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous";
-  WGRAD_CHECK(ks.scalar_type() == ScalarType::Int, op, ": ks must be int32, got ", ks.scalar_type());
-  WGRAD_CHECK(ks.dim() == 1, op, ": ks must be 1-D [G], got ", ks.dim(), "-D ", ks.sizes());
-  WGRAD_CHECK(ks.is_contiguous(), op, ": ks must be contiguous, got strides ", ks.strides());
-  const int64_t groups = ks.size(0);
-  WGRAD_CHECK(groups >= 1, op, ": ks must name at least one group, got an empty tensor");
+  const int64_t groups = check_group_size_tensor(op, "ks", ks);
   check_grouped_out(op, out, groups);
   for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"ks", &ks}}) {
     check_same_device(op, out, name, *t);
@@ -200,16 +219,7 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
   }
   check_fp32_out(op, out, m, n);
   check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"ks", &ks}});
-  if (ks.is_cpu()) {
-    // On the CPU the sizes can be read without a synchronisation; on CUDA the kernel validates them.
-    const int32_t* sizes = ks.const_data_ptr<int32_t>();
-    int64_t sum = 0;
-    for (int64_t g = 0; g < groups; ++g) {
-      WGRAD_CHECK(sizes[g] >= 0, op, ": ks[", g, "] must be >= 0, got ", sizes[g]);
-      sum += sizes[g];
-    }
-    WGRAD_CHECK(sum == k_total, op, ": sum(ks) must equal K_total = ", k_total, ", got ", sum);
-  }
+  check_group_size_values(op, "ks", ks, k_total, "K_total");
 }
 
 void check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
@@ -218,11 +228,7 @@ void check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const torch::stable::Tensor
                                                      const torch::stable::Tensor& group_sizes) {
   constexpr const char* op = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous";
   const torch::stable::Tensor& sizes = group_sizes;
-  WGRAD_CHECK(sizes.scalar_type() == ScalarType::Int, op, ": group_sizes must be int32, got ", sizes.scalar_type());
-  WGRAD_CHECK(sizes.dim() == 1, op, ": group_sizes must be 1-D [G], got ", sizes.dim(), "-D ", sizes.sizes());
-  WGRAD_CHECK(sizes.is_contiguous(), op, ": group_sizes must be contiguous, got strides ", sizes.strides());
-  const int64_t groups = sizes.size(0);
-  WGRAD_CHECK(groups >= 1, op, ": group_sizes must name at least one group, got an empty tensor");
+  const int64_t groups = check_group_size_tensor(op, "group_sizes", sizes);
   for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"group_sizes", &sizes}}) {
     check_same_device(op, out, name, *t);
   }
@@ -262,16 +268,7 @@ void check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const torch::stable::Tensor
                 out.storage_offset());
   }
   check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"group_sizes", &sizes}});
-  if (sizes.is_cpu()) {
-    // On the CPU the sizes can be read without a synchronisation; on CUDA the kernel validates them.
-    const int32_t* m = sizes.const_data_ptr<int32_t>();
-    int64_t sum = 0;
-    for (int64_t g = 0; g < groups; ++g) {
-      WGRAD_CHECK(m[g] >= 0, op, ": group_sizes[", g, "] must be >= 0, got ", m[g]);
-      sum += m[g];
-    }
-    WGRAD_CHECK(sum == t, op, ": sum(group_sizes) must equal the rows of a, T = ", t, ", got ", sum);
-  }
+  check_group_size_values(op, "group_sizes", sizes, t, "the rows of a, T");
 }
 
 // ---- quantization ---------------------------------------------------------------------------------------

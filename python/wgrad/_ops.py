@@ -158,6 +158,19 @@ def _dense_fake(a, sa, b, sb, out):
     _check_out_apart(op, out, a=a, sa=sa, b=b, sb=sb)
 
 
+def _check_group_size_tensor(op, name, s):
+    """int32, 1-D [G], G >= 1, contiguous (csrc/checks.cpp: check_group_size_tensor). Returns G."""
+    if s.dtype != torch.int32:
+        _fail(op, f"{name} must be int32, got {s.dtype}")
+    if s.dim() != 1:
+        _fail(op, f"{name} must be 1-D [G], got {s.dim()}-D {list(s.shape)}")
+    if not s.is_contiguous():
+        _fail(op, f"{name} must be contiguous, got strides {s.stride()}")
+    if s.shape[0] < 1:
+        _fail(op, f"{name} must name at least one group, got an empty tensor")
+    return s.shape[0]
+
+
 def _check_grouped_out(op, out, groups):
     if out.dim() != 3:
         _fail(op, f"out must be 3-D [G, M, N], got {out.dim()}-D {list(out.shape)}")
@@ -198,15 +211,7 @@ def _packed_fake(a, sa, b, sb, out, ks: Sequence[int]):
 @torch.library.register_fake(f"{_LIB}::{_CONTIG}")
 def _contig_fake(a, sa, b, sb, out, ks):
     op = _CONTIG
-    if ks.dtype != torch.int32:
-        _fail(op, f"ks must be int32, got {ks.dtype}")
-    if ks.dim() != 1:
-        _fail(op, f"ks must be 1-D [G], got {ks.dim()}-D {list(ks.shape)}")
-    if not ks.is_contiguous():
-        _fail(op, f"ks must be contiguous, got strides {ks.stride()}")
-    groups = ks.shape[0]
-    if groups < 1:
-        _fail(op, "ks must name at least one group, got an empty tensor")
+    groups = _check_group_size_tensor(op, "ks", ks)
     _check_grouped_out(op, out, groups)
     _check_devices(op, out, a=a, sa=sa, b=b, sb=sb, ks=ks)
     for name, t, dims in (("a", a, "M, K_total"), ("b", b, "N, K_total")):
@@ -230,15 +235,7 @@ def _contig_fake(a, sa, b, sb, out, ks):
 def _m_grouped_fake(a, sa, b, sb, out, group_sizes):
     op = _MGROUPED
     sizes = group_sizes
-    if sizes.dtype != torch.int32:
-        _fail(op, f"group_sizes must be int32, got {sizes.dtype}")
-    if sizes.dim() != 1:
-        _fail(op, f"group_sizes must be 1-D [G], got {sizes.dim()}-D {list(sizes.shape)}")
-    if not sizes.is_contiguous():
-        _fail(op, f"group_sizes must be contiguous, got strides {sizes.stride()}")
-    groups = sizes.shape[0]
-    if groups < 1:
-        _fail(op, "group_sizes must name at least one group, got an empty tensor")
+    groups = _check_group_size_tensor(op, "group_sizes", sizes)
     _check_devices(op, out, a=a, sa=sa, b=b, sb=sb, group_sizes=sizes)
     if a.dim() != 2:
         _fail(op, f"a must be 2-D [T, K], got {a.dim()}-D {list(a.shape)}")
