@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -74,6 +74,16 @@ def copy_rate_gbps(nbytes: int, reps: int, warmup: int, flush: Optional[torch.Te
     return 2.0 * nbytes / (ms * 1e-3) / 1e9
 
 
+def _measured(rate: Callable[[], float]) -> Tuple[Optional[float], Optional[str]]:
+    """(rate(), None), or (None, the reason) when it cannot be measured; a sticky CUDA fault propagates."""
+    try:
+        return rate(), None
+    except Exception as exc:
+        if is_cuda_fault(exc):
+            raise
+        return None, first_line(exc)
+
+
 def measure_rates(device="cuda", *, gemm_size: int = RATE_GEMM_SIZE, copy_bytes: int = RATE_COPY_BYTES,
                   reps: int = RATE_REPS, warmup: int = RATE_WARMUP, flush_bytes: int = L2_FLUSH_BYTES,
                   progress: Optional[ProgressFn] = None) -> MachineRates:
@@ -85,19 +95,9 @@ def measure_rates(device="cuda", *, gemm_size: int = RATE_GEMM_SIZE, copy_bytes:
     rates = MachineRates(None, None, (gemm_size, gemm_size, gemm_size), copy_bytes)
     flush = flush_buffer(device, flush_bytes)
     progress(f"machine rates: tensor-wise FP8 GEMM {gemm_size}^3 and a {copy_bytes / 2 ** 30:g} GiB copy")
-    try:
-        rates.fp8_tflops = fp8_rate_tflops(gemm_size, reps, warmup, flush, device)
-    except Exception as exc:
-        if is_cuda_fault(exc):
-            raise
-        rates.fp8_message = first_line(exc)
+    rates.fp8_tflops, rates.fp8_message = _measured(lambda: fp8_rate_tflops(gemm_size, reps, warmup, flush, device))
     free_cached(device)
-    try:
-        rates.copy_gbps = copy_rate_gbps(copy_bytes, reps, warmup, flush, device)
-    except Exception as exc:
-        if is_cuda_fault(exc):
-            raise
-        rates.copy_message = first_line(exc)
+    rates.copy_gbps, rates.copy_message = _measured(lambda: copy_rate_gbps(copy_bytes, reps, warmup, flush, device))
     del flush
     free_cached(device)
     progress("  " + rates_line(rates))

@@ -18,14 +18,15 @@ import argparse
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
 from .. import quant, reference
 from ..api import m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
+from ..nn import _recipe
 from .common import ProgressFn
-from .layers import time_interleaved, uneven_split
+from .layers import _rel, time_interleaved, uneven_split
 from .suite import Suite, SuiteRun
 from .timing import L2_FLUSH_BYTES
 
@@ -61,10 +62,6 @@ class ExpertsRow:
         return self.bf16_ms / self.ours_ms
 
 
-def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
-    return (torch.linalg.vector_norm((x.float() - ref)) / torch.linalg.vector_norm(ref)).item()
-
-
 def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush: torch.Tensor) -> ExpertsRow:
     torch.manual_seed(0)
     split = uneven_split(tokens, experts, seed=experts)
@@ -88,10 +85,8 @@ def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush:
         if m == 0:
             continue
         rows = -(-m // 16) * 16
-        a_g = torch.zeros((rows, k), dtype=a.dtype, device="cuda")
-        a_g[:m] = a[starts[g]:starts[g + 1]]
-        sa_g = torch.ones((sa.shape[1], rows), dtype=torch.float32, device="cuda").t()
-        sa_g[:m] = sa[starts[g]:starts[g + 1]]
+        a_g = _recipe._padded(a[starts[g]:starts[g + 1]], rows, k)
+        sa_g = _recipe._scales_padded(sa[starts[g]:starts[g + 1]], rows, sa.shape[1])
         out_g = torch.empty((rows, n), dtype=torch.bfloat16, device="cuda")
         per_expert.append((g, a_g, sa_g, b[g], sb[g].contiguous(), out_g))
 
@@ -109,16 +104,15 @@ def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush:
     loop_out = torch.empty(tokens, n, device="cuda", dtype=torch.bfloat16)
     for g, _a, _s, _b, _sb, out_g in per_expert:
         loop_out[starts[g]:starts[g + 1]] = out_g[:split[g]]
-    deq_a = (a.float().view(tokens, -1, 128) * sa[:, :, None]).view(tokens, k) if k % 128 == 0 else None
-    errs = [float("nan"), float("nan")]
-    if deq_a is not None:
-        ref = torch.empty(tokens, n, device="cuda", dtype=torch.float32)
-        for g in range(experts):
-            if split[g]:
-                deq_b = (b[g].float().view(-1, 128, k // 128, 128) * sb[g][:, None, :, None]).view(-1, k)[:n]
-                ref[starts[g]:starts[g + 1]] = deq_a[starts[g]:starts[g + 1]] @ deq_b.t()
-        errs = [_rel(out, ref), _rel(loop_out, ref)]
-        del ref, deq_a
+    # (The dequantized values, e4m3 codes times fp32 scales, are exact in fp32.)
+    deq_a = reference.dequantize_1x128(a, sa).float()
+    ref = torch.empty(tokens, n, device="cuda", dtype=torch.float32)
+    for g in range(experts):
+        if split[g]:
+            deq_b = reference.dequantize_128x128(b[g], sb[g]).float()
+            ref[starts[g]:starts[g + 1]] = deq_a[starts[g]:starts[g + 1]] @ deq_b.t()
+    errs = [_rel(out, ref), _rel(loop_out, ref)]
+    del ref, deq_a
     times = time_interleaved({"ours": ours, "loop": loop, "bf16": bf16}, reps, flush)
     return ExpertsRow(f"{experts} x {k}->{n}, {tokens} tokens", 2.0 * tokens * n * k / 1e12,
                       times["ours"].gpu_ms, times["loop"].gpu_ms, times["bf16"].gpu_ms,
