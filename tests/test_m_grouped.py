@@ -172,6 +172,7 @@ GPU_CASES = [
     ([700, 300], 4096, 1024),
     ([33], 16, 16),
     ([5, 250, 0], 4000, 384),
+    ([200, 77], 2112, 896),  # the last tile's second warpgroup lies wholly past N
 ]
 
 
@@ -207,16 +208,19 @@ def test_gpu_deterministic_and_dgrad_form_bitwise():
     assert torch.equal(bits(strided), bits(out))
 
 
+# out's row stride and start: 16-byte multiples (whole tiles go out by TMA stores), or not (every tile stored
+# by the threads). Groups of 130 and 200 rows hold whole 128-row tiles.
+@pytest.mark.parametrize("ld,start", [(80, 8), (82, 2)])
 @gpu
-def test_gpu_row_stride_of_a_and_out():
-    sizes, n, k = [40, 90], 64, 300
+def test_gpu_row_stride_of_a_and_out(ld, start):
+    sizes, n, k = [40, 90, 130, 200], 64, 300
     a, sa, b, sb, ks = _operands(sizes, n, k, device="cuda", seed=6, row_stride=336)
-    buf = torch.full((130, 80), float("nan"), dtype=torch.bfloat16, device="cuda")
-    out = buf[:, 8:8 + n]
+    buf = torch.full((sum(sizes), ld), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = buf[:, start:start + n]
     OP(a, sa, b, sb, out, ks)
     ref = _float64_product(a, sa, b, sb, sizes)
     assert rel_frobenius(out.cpu(), ref) <= 2e-3
-    assert torch.isnan(buf[:, :8]).all() and torch.isnan(buf[:, 8 + n:]).all()
+    assert torch.isnan(buf[:, :start]).all() and torch.isnan(buf[:, start + n:]).all()
 
 
 @pytest.mark.parametrize("bad", [[100, 31], [-1, 131], [131, 0, 1]])

@@ -68,6 +68,13 @@ TEST(TileConfig, EveryCandidateFitsAtLeastThreeStages) {
   }
 }
 
+TEST(TileConfig, MGroupedFitsThreeStagesBesideItsEpilogue) {
+  EXPECT_GE(wgrad::kMGroupedStages, 3);
+  EXPECT_LE(wgrad::kMGroupedStages * wgrad::kMGroupedStageBytes + wgrad::kMGroupedEpilogueBytes,
+            wgrad::kSmemBudgetBytes);
+  EXPECT_EQ(wgrad::kMGroupedBlockN / 2, wgrad::kScaleBlockK) << "a warpgroup's columns are one block column of b";
+}
+
 TEST(TileConfig, SelectionAvoidsRaggedLastWaves) {
   // 7168 x 2112 on 132 SMs: 160 gives 56 x 14 = 784 tiles = 5.94 waves (128 gives 7.2 waves).
   EXPECT_EQ(wgrad::select_block_n(7168, 2112, 1, 132), 160);

@@ -1,16 +1,29 @@
-// \brief SM90 epilogue of the m-grouped GEMM: out = acc in bf16, stored by the threads that hold it.
+// \brief SM90 epilogue of the m-grouped GEMM: out = acc in bf16.
 //
-// A tile's rows outside its group belong to the neighbouring groups' tiles (another CTA writes them), so
-// the store must stop at rows that no tensor map knows: each thread writes its own elements, two adjacent
-// columns (one 4-byte bf16 pair) per store, rows past the group and columns past N skipped. The four
-// lanes of a quad write 16 contiguous bytes of a row and the pairs of two consecutive column groups fill
-// one 32-byte sector, which the L2 merges before it writes back. No shared memory, nothing left in flight.
+// A tile whose 128 rows all belong to its group goes out through shared memory and TMA stores: each
+// consumer warpgroup converts one m64 slice of its 128 columns at a time into its own buffer (two 64 x 64
+// boxes of 128-byte rows in the 128B swizzle, so that a quad's 16 bytes land in distinct banks), and one
+// thread issues the slice's stores, which clip the columns past N. The stores run while the warpgroup
+// starts the next tile's mainloop: the output's write traffic, a large part of the bytes of a short-K
+// expert GEMM, overlaps the tensor cores' work. The buffer holds the whole tile, so the next tile's
+// epilogue is the first to wait for these stores to have read it.
+//
+// A tile that straddles a group boundary holds rows of the neighbouring groups' tiles (another CTA writes
+// them), and no tensor map knows where the group ends: each thread then writes its own elements, two
+// adjacent columns (one 4-byte bf16 pair) per store, rows outside the group and columns past N skipped.
+// The same path serves every tile when out's layout cannot be a tensor map (a pointer or row stride that
+// is not a multiple of 16 bytes).
 #pragma once
 
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "kernels/common/named_barriers.h"
 #include "kernels/gemm/group_walker.cuh"
 #include "kernels/gemm/tile_config.h"
 
@@ -21,6 +34,7 @@ struct Bf16OutView {
   __nv_bfloat16* ptr = nullptr;
   int64_t ld = 0;
   int n = 0;
+  int tma = 0;  // 1: the kernel's tma_out describes out, and whole tiles go through it
 };
 
 template <int kBlockN_>
@@ -28,6 +42,73 @@ struct EpilogueBf16Sm90 {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kFragPerM = kBlockN / 4;
   static constexpr int kColGroups = kBlockN / 16;  // groups of 8 columns per warpgroup
+  static constexpr int kSliceRows = kEpilogueSliceRows;  // 64: one m64 block of the fragment
+  static constexpr int kSliceCols = kBlockN / 2;         // one warpgroup's columns
+  static constexpr int kBoxCols = 64;                    // 128 bytes of bf16: the 128B swizzle's row
+  static constexpr int kBoxBytes = kSliceRows * kBoxCols * 2;
+  static_assert(kSliceCols % kBoxCols == 0, "a warpgroup's columns must be whole 64-column boxes");
+
+  static constexpr int kSliceBytes = kSliceRows * kSliceCols * 2;
+
+  struct SharedStorage {
+    // Per warpgroup, its two slices, each kSliceCols / 64 boxes.
+    alignas(1024) __nv_bfloat16 out[2][2 * kSliceRows * kSliceCols];
+  };
+
+  __device__ static bool whole_tile(const Bf16OutView& out, const WorkTile& w) {
+    return out.tma != 0 && w.m0 >= w.m_begin && w.m0 + kBlockM <= w.m_end;
+  }
+
+  // A tile inside its group, through the warpgroup's buffer and TMA stores (see the top of the file).
+  // Byte (r, c) of a box sits at r * 128 + ((c / 16) ^ (r % 8)) * 16 + c % 16.
+  template <class Accum>
+  __device__ static void store_staged(const CUtensorMap* tma_out, const Bf16OutView& out, SharedStorage& smem,
+                                      const Accum& acc, const WorkTile& w, int consumer_tid) {
+    const int wg = consumer_tid / 128;
+    const int wg_tid = consumer_tid % 128;
+    const int lane = wg_tid % 32;
+    const uint32_t barrier = static_cast<uint32_t>(wg == 0 ? NamedBarrierId::EpilogueWg0 : NamedBarrierId::EpilogueWg1);
+    uint8_t* buf = reinterpret_cast<uint8_t*>(smem.out[wg]);
+    // Row r = 16 warp + lane / 4 (and r + 8) of the slice, both r % 8 == lane / 4: chunk c of the row sits
+    // at (row bytes + 4 (lane % 4) + 16 (lane / 4)) ^ 16 c, one XOR per column group.
+    const int row_bytes = ((wg_tid / 32) * 16 + lane / 4) * 128 + 4 * (lane % 4) + 16 * (lane / 4);
+    const int n0 = w.coord.n_block * kBlockN + wg * kSliceCols;
+    // The previous tile's stores from this buffer have read it.
+    if (wg_tid == 0) cute::tma_store_wait<0>();
+    cutlass::arch::NamedBarrier::sync(128, barrier);
+    CUTE_UNROLL
+    for (int slice = 0; slice < 2; ++slice) {
+      uint8_t* const slice_buf = buf + slice * kSliceBytes;
+      CUTE_UNROLL
+      for (int j = 0; j < kColGroups; ++j) {
+        const int box = j / (kBoxCols / 8), chunk = j % (kBoxCols / 8);
+        CUTE_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const int i = kFragPerM * slice + 4 * j + 2 * h;
+          const __nv_bfloat162 v = __floats2bfloat162_rn(acc(i), acc(i + 1));
+          const int offset = box * kBoxBytes + 8 * 128 * h + (row_bytes ^ (16 * chunk));
+          *reinterpret_cast<__nv_bfloat162*>(slice_buf + offset) = v;
+        }
+      }
+      cutlass::arch::fence_view_async_shared();  // generic-proxy writes, read next by the TMA unit
+      cutlass::arch::NamedBarrier::sync(128, barrier);
+      if (wg_tid == 0) {
+        CUTE_UNROLL
+        for (int box = 0; box < kSliceCols / kBoxCols; ++box) {
+          if (n0 + box * kBoxCols < out.n) {
+            cute::SM90_TMA_STORE_2D::copy(tma_out, slice_buf + box * kBoxBytes, n0 + box * kBoxCols,
+                                          w.m0 + slice * kSliceRows);
+          }
+        }
+        cute::tma_store_arrive();
+      }
+    }
+  }
+
+  // Before the CTA exits: its stores must have read their smem.
+  __device__ static void drain(int consumer_tid) {
+    if (consumer_tid % 128 == 0) cute::tma_store_wait<0>();
+  }
 
   // Fragment layout as documented in MainloopSm90::mma_tile: element 4 j + 2 h + e of m64 block m sits at
   // row 64 m + 16 warp + lane / 4 + 8 h, column wg * BLOCK_N/2 + 8 j + 2 (lane % 4) + e of the tile.

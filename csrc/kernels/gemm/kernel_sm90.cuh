@@ -42,8 +42,9 @@ struct GemmParamsSm90 {
   CUtensorMap tma_a;    // fp8 [rows M, K] K-major, box 128 x 128, 128B swizzle (unused: Packed)
   CUtensorMap tma_b;    // fp8 [rows N, K], box 128 x BLOCK_N (unused: Packed); MGrouped: [G, N, K], box 128 x BLOCK_N x 1
   CUtensorMap tma_sa;   // fp32 [M, KB] MN-major, box 128 x 1
-  CUtensorMap tma_sb;   // fp32 [N, KB] MN-major, box BLOCK_N x 1; MGrouped: [G, KB, N], box BLOCK_N x 1 x 1
-  CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1, reduce-add (unused when N < 4 and for MGrouped)
+  CUtensorMap tma_sb;   // fp32 [N, KB] MN-major, box BLOCK_N x 1 (unused: MGrouped)
+  CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1, reduce-add (unused when N < 4);
+                        // MGrouped: bf16 [T, N], box 64 x 64, 128B swizzle (when out_bf16.tma)
   std::conditional_t<kMode_ == GroupMode::Packed, PackedGroups, NoPackedGroups> packed;
   const int* group_k = nullptr;        // Contiguous: the user's int32 sizes; MGrouped: the rows of each group
   const uint8_t* a = nullptr;          // Contiguous: the operands and their row strides (bytes), for
@@ -55,6 +56,7 @@ struct GemmParamsSm90 {
   PersistentTileScheduler scheduler{};
   OutView out;  // out itself, for the columns past N & ~3 that the TMA store leaves to the threads
   Bf16OutView out_bf16;  // MGrouped: out
+  BlockScalesView sb_blocks;  // MGrouped: b's 128x128 block scales
 #ifdef WGRAD_DIAG_VARIANTS
   int diag = 0;  // measurement build only: bits kDiag* of kernels/common/diag.h (WGRAD_DIAG)
 #endif
@@ -62,20 +64,27 @@ struct GemmParamsSm90 {
 
 // Register budgets (setmaxnreg): 56 x 128 + 224 x 256 = 64512 <= 65536 registers of an SM. The
 // producer needs more than the usual 40 to walk contiguous-K groups without spilling; the consumers
-// hold BLOCK_N/2 accumulators + BLOCK_N/2 scratch + BLOCK_N/8 + 4 scales (184 at BLOCK_N = 160).
-constexpr int kProducerRegisters = 56;
-constexpr int kConsumerRegisters = 224;
+// hold BLOCK_N/2 accumulators + BLOCK_N/2 scratch + BLOCK_N/8 + 4 scales (184 at BLOCK_N = 160). The
+// m-grouped GEMM's producer is one plain TMA thread, its consumers hold 128 accumulators + 64 scratch at
+// BLOCK_N = 256: 40 x 128 + 232 x 256 = 64512.
+template <GroupMode kMode>
+constexpr uint32_t kProducerRegisters = kMode == GroupMode::MGrouped ? 40 : 56;
+template <GroupMode kMode>
+constexpr uint32_t kConsumerRegisters = kMode == GroupMode::MGrouped ? 232 : 224;
 constexpr int kNumThreads = 384;
 constexpr int kClusterSize = PersistentTileScheduler::kClusterN;
 
-template <int kBlockN, int kStages, bool kEpilogueSmem = true>
+template <int kBlockN, int kStages, GroupMode kMode>
 struct SharedStorageSm90 {
   typename MainloopSm90<kBlockN, kStages>::SharedStorage mainloop;
   typename EpilogueSm90<kBlockN>::SharedStorage epilogue;
 };
+// The m-grouped GEMM: the bf16 epilogue's staging buffer (tile_config.h: kMGroupedStages), and the mainloop
+// without B's scale rows.
 template <int kBlockN, int kStages>
-struct SharedStorageSm90<kBlockN, kStages, false> {
-  typename MainloopSm90<kBlockN, kStages>::SharedStorage mainloop;
+struct SharedStorageSm90<kBlockN, kStages, GroupMode::MGrouped> {
+  typename EpilogueBf16Sm90<kBlockN>::SharedStorage epilogue;
+  typename MainloopSm90<kBlockN, kStages, true>::SharedStorage mainloop;
 };
 
 template <GroupMode kMode>
@@ -188,20 +197,22 @@ __device__ TileCoord out_coord(const Params& p, TileCoord c) {
 template <int kBlockN, int kStages, class Params>
 __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Mainloop = MainloopSm90<kBlockN, kStages>;
+  using Mainloop = MainloopSm90<kBlockN, kStages, Params::kMode == GroupMode::MGrouped>;
   using Epilogue = EpilogueSm90<kBlockN>;
   using Pipeline = typename Mainloop::Pipeline;
   using namespace cute;
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  auto& smem = *reinterpret_cast<SharedStorageSm90<kBlockN, kStages, kReduceAddEpilogue<Params::kMode>>*>(smem_raw);
+  auto& smem = *reinterpret_cast<SharedStorageSm90<kBlockN, kStages, Params::kMode>*>(smem_raw);
 
   if (!group_sizes_valid(p)) return;
   int total_tiles = 0;
+  __shared__ int m_grouped_tile_count;
   if constexpr (Params::kMode == GroupMode::MGrouped) {
     const int64_t tiles = m_grouped_tiles(p);  // < 2^31: the host bounds it
     if (tiles < 0) return;
     total_tiles = static_cast<int>(tiles);
+    if (threadIdx.x == 0) m_grouped_tile_count = total_tiles;  // read after cluster_or_cta_sync below
   } else {
     total_tiles = static_cast<int>(p.scheduler.total_cluster_tiles());  // < 2^31: host-checked
   }
@@ -211,8 +222,12 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
 
   if (threadIdx.x == 0) {
     prefetch_tma_descriptor(&p.tma_sa);
-    prefetch_tma_descriptor(&p.tma_sb);
-    if constexpr (kReduceAddEpilogue<Params::kMode>) prefetch_tma_descriptor(&p.tma_out);
+    if constexpr (Params::kMode != GroupMode::MGrouped) prefetch_tma_descriptor(&p.tma_sb);
+    if constexpr (kReduceAddEpilogue<Params::kMode>) {
+      prefetch_tma_descriptor(&p.tma_out);
+    } else {
+      if (p.out_bf16.tma) prefetch_tma_descriptor(&p.tma_out);
+    }
     if constexpr (Params::kMode != GroupMode::Packed) {
       prefetch_tma_descriptor(&p.tma_a);
       prefetch_tma_descriptor(&p.tma_b);
@@ -236,13 +251,22 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   // Every CTA's barriers are initialised before any multicasts into it.
   cluster_or_cta_sync();
   const int rank = static_cast<int>(cute::block_rank_in_cluster());
-  const int cluster_id = blockIdx.x / kClusterSize;
+  int cluster_id = blockIdx.x / kClusterSize;
+  // Held in registers across the warpgroups' register reconfiguration (setmaxnreg), the tile count and
+  // the first tile went to local memory in the m-grouped kernel: each role reads them afresh after it.
+  auto refresh = [&] {
+    if constexpr (Params::kMode == GroupMode::MGrouped) {
+      total_tiles = *static_cast<volatile int*>(&m_grouped_tile_count);
+      cluster_id = static_cast<int>(blockIdx.x) / kClusterSize;
+    }
+  };
   const int num_clusters = gridDim.x / kClusterSize;
 
   auto walker = make_walker(p);
 
   if (producer) {
-    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters<Params::kMode>>();
+    refresh();
     if (threadIdx.x == 0) {  // the pipeline's leader: it posts each stage's expected bytes
       typename Mainloop::PipelineState state = cutlass::make_producer_start_state<Pipeline>();
       for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
@@ -255,27 +279,43 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
       if (threadIdx.x >= 32) Mainloop::shift_stages(p, smem.mainloop, threadIdx.x - 32);
     }
   } else {
-    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters<Params::kMode>>();
+    refresh();
     const int consumer_tid = threadIdx.x - 128;
     typename Mainloop::TiledMma tiled_mma;
     Tensor acc = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA,MMA_M=2,MMA_N)
-    // One m64 half of the tile each: the WGMMA accumulators of the two halves of a K block.
-    Tensor scratch0 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
-    Tensor scratch1 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
     typename Mainloop::PipelineState state;
-    const int diag = diag_of(p);
-    for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
-      const WorkTile w = next_work(p, walker, tile, rank);
-      if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
-      Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid, diag);
-      if (diag & kDiagNoEpilogue) continue;
-      if constexpr (kReduceAddEpilogue<Params::kMode>) {
-        Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid, diag);
-      } else {
-        EpilogueBf16Sm90<kBlockN>::store(p.out_bf16, acc, w, consumer_tid);
+    if constexpr (Params::kMode == GroupMode::MGrouped) {
+      // One m64 half's WGMMA accumulators, reused by both halves (mma_tile_block_scaled).
+      Tensor scratch = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
+      const int wg = consumer_tid / 128;
+      for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
+        const WorkTile w = next_work(p, walker, tile, rank);
+        const float* sb_col = p.sb_blocks.column(w.coord.group, w.coord.n_block * (kBlockN / kScaleBlockK) + wg);
+        Mainloop::mma_tile_block_scaled(pipeline, state, smem.mainloop, w, sb_col, __ldg(sb_col), p.sb_blocks.stride_k,
+                                        acc, scratch, consumer_tid);
+        using EpilogueBf16 = EpilogueBf16Sm90<kBlockN>;
+        if (EpilogueBf16::whole_tile(p.out_bf16, w)) {  // the same for the whole CTA
+          EpilogueBf16::store_staged(&p.tma_out, p.out_bf16, smem.epilogue, acc, w, consumer_tid);
+        } else {
+          EpilogueBf16::store(p.out_bf16, acc, w, consumer_tid);
+        }
       }
+      EpilogueBf16Sm90<kBlockN>::drain(consumer_tid);
+    } else {
+      // One m64 half of the tile each: the WGMMA accumulators of the two halves of a K block.
+      Tensor scratch0 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
+      Tensor scratch1 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
+      const int diag = diag_of(p);
+      for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
+        const WorkTile w = next_work(p, walker, tile, rank);
+        if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
+        Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid, diag);
+        if (diag & kDiagNoEpilogue) continue;
+        Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid, diag);
+      }
+      Epilogue::drain(consumer_tid);
     }
-    if constexpr (kReduceAddEpilogue<Params::kMode>) Epilogue::drain(consumer_tid);
   }
   // No CTA leaves while a peer may still multicast into its smem or signal its barriers.
   if constexpr (kClusterSize > 1) cluster_or_cta_sync();

@@ -74,6 +74,16 @@ inline std::string make_grouped_scale_desc(CUtensorMap* desc, const float* ptr, 
                                CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
+// bf16 [rows, n] with row stride ld (elements, a multiple of 8 unless rows == 1); box 64 x 64, 128B swizzle
+// (the m-grouped GEMM's out).
+inline std::string make_bf16_out_desc(CUtensorMap* desc, void* ptr, int64_t rows, int64_t n, int64_t ld) {
+  const uint64_t dims[2] = {static_cast<uint64_t>(n), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>((rows > 1 ? ld : align_up(n, 8)) * 2)};
+  const uint32_t box[2] = {64, static_cast<uint32_t>(kEpilogueSliceRows)};
+  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr, dims, strides, box,
+                               CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 // Rows of A one CTA loads per stage: half the tile, multicast to both CTAs of its cluster.
 constexpr int kTmaBoxRowsA = kBlockM / kClusterN;
 
@@ -83,11 +93,10 @@ static_assert(sizeof(GemmParamsSm90<GroupMode::Packed>) <= 32764, "kernel parame
 
 template <int kBlockN, GroupMode kMode>
 cudaError_t launch_gemm_sm90_bn(const GemmParamsSm90<kMode>& p, int num_sms, cudaStream_t stream) {
-  constexpr bool kEpilogueSmem = kReduceAddEpilogue<kMode>;
-  constexpr int kStages = kEpilogueSmem ? stages_for(kBlockN) : stages_without_epilogue(kBlockN);
+  constexpr int kStages = kMode == GroupMode::MGrouped ? kMGroupedStages : stages_for(kBlockN);
   static_assert(kStages >= 3, "a config must fit at least 3 pipeline stages in shared memory");
   auto kernel = &wgrad_gemm_kernel_sm90<kBlockN, kStages, GemmParamsSm90<kMode>>;
-  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorageSm90<kBlockN, kStages, kEpilogueSmem>));
+  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorageSm90<kBlockN, kStages, kMode>));
   static_assert(smem_bytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
@@ -126,14 +135,18 @@ cudaError_t launch_gemm_sm90_bn(const GemmParamsSm90<kMode>& p, int num_sms, cud
   return cudaGetLastError();
 }
 
-// Launches the kernel instance of `block_n` (one of kBlockNCandidates).
+// Launches the kernel instance of `block_n` (one of kBlockNCandidates; kMGroupedBlockN for the m-grouped GEMM).
 template <GroupMode kMode>
 cudaError_t launch_gemm_sm90(const GemmParamsSm90<kMode>& p, int block_n, int num_sms, cudaStream_t stream) {
-  switch (block_n) {
-    case 128: return launch_gemm_sm90_bn<128>(p, num_sms, stream);
-    case 144: return launch_gemm_sm90_bn<144>(p, num_sms, stream);
-    case 160: return launch_gemm_sm90_bn<160>(p, num_sms, stream);
-    default: return cudaErrorInvalidValue;
+  if constexpr (kMode == GroupMode::MGrouped) {
+    return block_n == kMGroupedBlockN ? launch_gemm_sm90_bn<kMGroupedBlockN>(p, num_sms, stream) : cudaErrorInvalidValue;
+  } else {
+    switch (block_n) {
+      case 128: return launch_gemm_sm90_bn<128>(p, num_sms, stream);
+      case 144: return launch_gemm_sm90_bn<144>(p, num_sms, stream);
+      case 160: return launch_gemm_sm90_bn<160>(p, num_sms, stream);
+      default: return cudaErrorInvalidValue;
+    }
   }
 }
 

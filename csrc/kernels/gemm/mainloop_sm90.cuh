@@ -1,7 +1,8 @@
 // \brief SM90 mainloop of the wgrad GEMM: TMA producer and WGMMA consumers with 1x128 promotion.
 //
 // Per 128-wide K block the producer loads, onto one transaction barrier, the A tile (128 x 128 fp8),
-// the B tile (BLOCK_N x 128 fp8) and one column of fp32 scales for each. Each consumer warpgroup owns
+// the B tile (BLOCK_N x 128 fp8) and one column of fp32 scales for each (for A only in the m-grouped
+// GEMM, whose B scales come in 128 x 128 blocks: mma_tile_block_scaled). Each consumer warpgroup owns
 // BLOCK_N/2 columns and all 128 rows: per K block it issues two groups of four m64n(BLOCK_N/2)k32 FP8
 // WGMMAs (rows 0-63, rows 64-127) into scratch accumulators and promotes each half in fp32 registers
 // while the other half's group runs:
@@ -45,7 +46,21 @@ struct ShiftJob {
   int follows;  // 1: the next stage holds the next block of the same tile (the window 128 columns on)
 };
 
-template <int kBlockN_, int kStages_>
+// m-grouped: b's fp32 scales, one per 128 x 128 block, [G, ceil(N/128), KB] with any strides (elements).
+struct BlockScalesView {
+  const float* ptr = nullptr;
+  int64_t stride_g = 0, stride_n = 0, stride_k = 0;
+  int n_blocks = 0;  // ceil(N / 128) >= 1
+
+  // Block column `nb` of group g at K block 0. A tile's last warpgroup may lie wholly past N (its columns
+  // are zeros and never stored): it reads the last block column instead of past the tensor.
+  __device__ const float* column(int g, int nb) const {
+    return ptr + g * stride_g + (nb < n_blocks ? nb : n_blocks - 1) * stride_n;
+  }
+};
+
+// kBlockScaledB: the m-grouped GEMM, whose B scales do not go through shared memory.
+template <int kBlockN_, int kStages_, bool kBlockScaledB = false>
 struct MainloopSm90 {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -71,7 +86,7 @@ struct MainloopSm90 {
     alignas(1024) Element a[cute::cosize_v<SmemLayoutA>];  // (BLK_M,BLK_K,PIPE)
     alignas(1024) Element b[cute::cosize_v<SmemLayoutB>];  // (BLK_N,BLK_K,PIPE)
     alignas(128) float sa[kStages][kBlockM];               // (BLK_M,PIPE) scales of A's rows
-    alignas(128) float sb[kStages][kScaleRowB];            // (BLK_N,PIPE) scales of B's rows
+    alignas(128) float sb[kStages][kBlockScaledB ? 1 : kScaleRowB];  // (BLK_N,PIPE) scales of B's rows
     typename Pipeline::SharedStorage pipeline;
     alignas(8) uint64_t staging[kStages];  // contiguous-K: the stage's job is posted (and its windows have landed)
     ShiftJob jobs[kStages];                // contiguous-K: what the shifters do with each stage
@@ -81,6 +96,8 @@ struct MainloopSm90 {
   static constexpr uint32_t kScaleBytes = static_cast<uint32_t>(sizeof(float) * (kBlockM + kBlockN));
   static constexpr uint32_t kTransactionBytes = kOperandBytes + kScaleBytes;
   static constexpr uint32_t kBytesB = static_cast<uint32_t>(sizeof(Element) * kBlockN * kBlockK);
+  // m-grouped: A's scale column only (B's block scales do not go through shared memory).
+  static constexpr uint32_t kTransactionBytesMGrouped = kOperandBytes + static_cast<uint32_t>(sizeof(float) * kBlockM);
 
   // ---- producer: one elected thread ----------------------------------------------------------------
   // With a cluster the A tile is shared by its CTAs (same m block): CTA `rank` loads rows
@@ -124,6 +141,8 @@ struct MainloopSm90 {
           ClusterTransactionBarrier::expect_transaction(full, kScaleBytes);
           ClusterTransactionBarrier::arrive_and_expect_tx(operand_bar, kOperandBytes);
         }
+      } else if constexpr (Params::kMode == GroupMode::MGrouped) {
+        ClusterTransactionBarrier::arrive_and_expect_tx(full, kTransactionBytesMGrouped);
       } else {
         ClusterTransactionBarrier::arrive_and_expect_tx(full, kTransactionBytes - (skip_b ? kBytesB : 0u));
       }
@@ -135,11 +154,10 @@ struct MainloopSm90 {
                                                m0 + rank * kRowsA);
       }
       if constexpr (Params::kMode == GroupMode::MGrouped) {
-        // b and its scales are [G, N, K] and [G, KB, N]: the group is the third coordinate, so a tile's
-        // rows past N are zero-filled rather than the next group's.
-        const int g = w.coord.group;
-        cute::SM90_TMA_LOAD_3D::copy(desc_b, operand_bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k_load, n0, g);
-        cute::SM90_TMA_LOAD_3D::copy(&p.tma_sb, full, kEvictNormal, smem.sb[stage], n0, scale_col, g);
+        // b is [G, N, K]: the group is the third coordinate, so a tile's rows past N are zero-filled rather
+        // than the next group's. Its block scales are read by the consumers (mma_tile_block_scaled).
+        cute::SM90_TMA_LOAD_3D::copy(desc_b, operand_bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k_load, n0,
+                                     w.coord.group);
       } else {
         if (!skip_b) {
           cute::SM90_TMA_LOAD_2D::copy(desc_b, operand_bar, kEvictNormal, smem.b + stage * kBlockN * kBlockK, k_load, n0);
@@ -406,6 +424,69 @@ struct MainloopSm90 {
       // Released after the last use of the scale registers: only then have their shared-memory loads
       // provably completed (the next TMA write into this stage must not overtake them).
       pipeline.consumer_release(state);
+      ++state;
+    }
+  }
+
+  // m-grouped: B's scales are one per 128 x 128 block, and with BLOCK_N = 256 (n0 a multiple of 256) each
+  // warpgroup's 128 columns lie in one block column of b: per K block the warpgroup needs one B scale, read
+  // from global memory one K block ahead (all its threads read the same word: one broadcast load per warp),
+  // and the promotion is one FFMA per element with sa[r] * sb folded per row:
+  //     acc[r][c] += (sa[r] * sb) * scratch[r][c]
+  // (the same expression, so the same bits, as mma_tile's with every column's scale equal). 128 accumulators
+  // and 64 scratch registers per thread leave no room for a second scratch: each m64 half is issued, waited
+  // for and promoted in turn, and the other warpgroup's WGMMAs keep the tensor cores busy meanwhile.
+  // `sb_col` points at the warpgroup's block column of b's scales for K block 0 (whose value the caller has
+  // loaded ahead: `sb_first`); `sb_k_stride` steps one K block.
+  template <class Accum, class Scratch>
+  __device__ static void mma_tile_block_scaled(Pipeline& pipeline, PipelineState& state, SharedStorage& smem,
+                                               const WorkTile& w, const float* sb_col, float sb_first,
+                                               int64_t sb_k_stride, Accum& acc, Scratch& scratch, int consumer_tid) {
+    using namespace cute;
+    static_assert(kBlockN / 2 == kScaleBlockK, "a warpgroup's columns must be one block column of b");
+    TiledMma tiled_mma;
+    auto thr_mma = tiled_mma.get_thread_slice(consumer_tid);
+    Tensor sA = make_tensor(make_smem_ptr(smem.a), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
+    Tensor sB = make_tensor(make_smem_ptr(smem.b), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
+    Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));  // (MMA,MMA_M=2,MMA_K,PIPE)
+    Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));  // (MMA,MMA_N=1,MMA_K,PIPE)
+    const int warp = (consumer_tid % 128) / 32;
+    const int row0 = warp * 16 + (consumer_tid % 32) / 4;  // + 8, + 64, + 72
+
+    float sb_next = sb_first;
+    clear(acc);
+    for (int kb = 0; kb < w.num_k_blocks; ++kb) {
+      const float sb = sb_next;
+      if (kb + 1 < w.num_k_blocks) sb_next = __ldg(sb_col + (kb + 1) * sb_k_stride);
+      pipeline.consumer_wait(state);
+      const int stage = state.index();
+      float sa[4];
+      CUTE_UNROLL
+      for (int h = 0; h < 4; ++h) sa[h] = smem.sa[stage][row0 + 8 * (h % 2) + 64 * (h / 2)];
+      CUTE_UNROLL
+      for (int m = 0; m < 2; ++m) {
+        warpgroup_fence_operand(scratch);
+        warpgroup_arrive();
+        tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(tCrA); ++k) {
+          cute::gemm(tiled_mma, tCrA(_, m, k, stage), tCrB(_, 0, k, stage), scratch(_, 0, 0));
+          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(scratch);
+        const float s0 = sa[2 * m] * sb, s1 = sa[2 * m + 1] * sb;
+        CUTE_UNROLL
+        for (int j = 0; j < kColGroups; ++j) {
+          const int i = kFragPerM * m + 4 * j;
+          acc(i + 0) += s0 * scratch(4 * j + 0);
+          acc(i + 1) += s0 * scratch(4 * j + 1);
+          acc(i + 2) += s1 * scratch(4 * j + 2);
+          acc(i + 3) += s1 * scratch(4 * j + 3);
+        }
+      }
+      pipeline.consumer_release(state);  // after the scale registers' last use (see mma_tile)
       ++state;
     }
   }

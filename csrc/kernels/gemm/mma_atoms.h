@@ -28,7 +28,8 @@ using TiledMmaSm90 = decltype(cute::make_tiled_mma(
 template <int kBlockN>
 constexpr bool kOneAtomPerWarpgroup =
     cute::size<1>(typename TiledMmaSm90<kBlockN>::AtomShape_MNK{}) == kBlockN / 2;
-static_assert(kOneAtomPerWarpgroup<128> && kOneAtomPerWarpgroup<144> && kOneAtomPerWarpgroup<160>,
+static_assert(kOneAtomPerWarpgroup<128> && kOneAtomPerWarpgroup<144> && kOneAtomPerWarpgroup<160> &&
+                  kOneAtomPerWarpgroup<kMGroupedBlockN>,
               "CuTe must provide m64 x n(BLOCK_N/2) x k32 FP8 WGMMA atoms");
 
 // K-major, 128-byte swizzle: what TMA's SWIZZLE_128B writes for 128-byte rows and what WGMMA reads.

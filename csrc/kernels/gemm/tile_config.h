@@ -18,6 +18,10 @@ constexpr int kBlockK = 128;
 // column scales within its register budget. Three widths so that some tile count fills the last wave.
 constexpr int kBlockNCandidates[] = {128, 144, 160};
 
+// The m-grouped GEMM's tile width: each consumer warpgroup's 128 columns are one block column of b's
+// 128x128 block scales (MainloopSm90::mma_tile_block_scaled).
+constexpr int kMGroupedBlockN = 256;
+
 // Shared memory one pipeline stage needs: A and B tiles plus one column of fp32 scales for each.
 constexpr int64_t stage_bytes(int block_n) {
   return int64_t{kBlockM} * kBlockK + int64_t{block_n} * kBlockK + 4 * (kBlockM + align_up(block_n, 32));
@@ -39,11 +43,14 @@ constexpr int stages_for(int block_n) {
   int s = static_cast<int>((kSmemBudgetBytes - epilogue_bytes(block_n)) / stage_bytes(block_n));
   return s > kMaxStages ? kMaxStages : s;
 }
-// The m-grouped GEMM's epilogue stores from registers: its stages take the whole budget.
-constexpr int stages_without_epilogue(int block_n) {
-  int s = static_cast<int>(kSmemBudgetBytes / stage_bytes(block_n));
-  return s > kMaxStages ? kMaxStages : s;
-}
+// The m-grouped GEMM: a stage holds the A and B tiles and A's scales (B's block scales are read from global
+// memory), and the bf16 epilogue stages a whole tile (each warpgroup's 128 x 128 bf16), so that a tile's
+// stores never wait for one another. Three stages fit beside it.
+constexpr int64_t kMGroupedStageBytes = int64_t{kBlockM} * kBlockK + int64_t{kMGroupedBlockN} * kBlockK + 4 * kBlockM;
+constexpr int64_t kMGroupedEpilogueBytes = int64_t{2} * kBlockM * kMGroupedBlockN;
+constexpr int kMGroupedStages = static_cast<int>((kSmemBudgetBytes - kMGroupedEpilogueBytes) / kMGroupedStageBytes) > kMaxStages
+                                    ? kMaxStages
+                                    : static_cast<int>((kSmemBudgetBytes - kMGroupedEpilogueBytes) / kMGroupedStageBytes);
 
 // Relative cost of a tile of width block_n, in units of columns: block_n + a fixed part. The kernel is
 // bound by shared-memory reads (mma_atoms.h): per K block a tile's WGMMAs read the A tile twice (once
