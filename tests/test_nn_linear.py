@@ -333,6 +333,26 @@ def test_gpu_fp8_mm_matches_the_float64_product(case):
     assert torch.equal(y, y0)
 
 
+@pytest.mark.parametrize("case", FP8_MM_CASES)
+@gpu
+def test_gpu_dense_mm_matches_the_float64_product(case):
+    # wgrad's m-grouped kernel with one group, fed the padded weight cast's first K columns; fp8_mm takes it
+    # for bf16 wherever cuBLAS would need a padded copy of a (every case here: M % 128 or K % 512 != 0).
+    m, k, n = case
+    g = torch.Generator().manual_seed(m + k + n + 1)
+    a, sa = wgrad.quantize_fp8_1x128_rowwise(torch.randn(m, k, generator=g).to(torch.bfloat16).cuda())
+    w = torch.randn(n, k, generator=g).to(torch.bfloat16)
+    q, s, _, _ = _recipe.weight_operands(w.cuda())
+    y = _recipe.dense_mm(a, sa, q, s)
+    q0, s0, _, _ = wgrad.quantize_fp8_128x128(w.cuda())
+    ref = _recipe.fp8_mm(a.cpu(), sa.cpu(), q0.cpu(), s0.cpu(), torch.float64)
+    assert y.dtype == torch.bfloat16 and y.shape == (m, n)
+    assert rel_frobenius(y.cpu().double(), ref) <= 2e-3  # bf16 rounding of the output
+    assert torch.equal(y, _recipe.dense_mm(a, sa, q0, s0))  # the padding is never read
+    assert (m % _recipe.M_PAD, k % _recipe.K_PAD) != (0, 0)
+    assert torch.equal(y, _recipe.fp8_mm(a, sa, q, s, torch.bfloat16))
+
+
 @gpu
 def test_gpu_backward_thread_runs_a_wgrad_op_first():
     # In a fresh process autograd's backward thread has made no CUDA runtime call when the dense backward's

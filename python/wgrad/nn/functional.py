@@ -4,9 +4,10 @@ group_sizes, bias)`, each a custom autograd function over `torch.ops.wgrad.*` (a
 Dense (`fp8_linear`), per call with T tokens:
 - forward: x is cast ONCE into both layouts (`quantize_fp8_1x128_both`): row-wise for fprop, column-wise
   (K-contiguous along the tokens) saved for wgrad; the weight's 128x128 cast is cached per weight version.
-  `y = x W^T` by `torch._scaled_mm` (1x128 x 128x128), in x's dtype. Saved: the FP8 column-wise copy of x
+  `y = x W^T` by `torch._scaled_mm` (1x128 x 128x128), in x's dtype (bf16 shapes that cuBLAS would need
+  padded: wgrad's m-grouped kernel with one group, `_recipe.fp8_mm`). Saved: the FP8 column-wise copy of x
   and its scales (about half the bytes of bf16 x), not x itself.
-- backward: dY cast once into both layouts; `dX = dY W` by `torch._scaled_mm`; `dW = dY^T x` by wgrad's
+- backward: dY cast once into both layouts; `dX = dY W` like fprop; `dW = dY^T x` by wgrad's
   kernel, accumulated in fp32 into `weight.main_grad` when the weight has one (Megatron: then
   `weight.grad_added_to_main_grad = True` and the weight's gradient is None), else returned as the weight's
   gradient like `nn.Linear`'s. Only the GEMMs whose inputs need a gradient run.
