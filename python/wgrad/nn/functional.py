@@ -40,6 +40,7 @@ from ..quant import (
 )
 from . import _recipe
 from ._recipe import FLOAT_DTYPES
+from .tensor_parallel import fp8_linear_dtensor, has_dtensor
 
 # Token padding of the grouped wgrad's casts: every expert starts on a 32-byte sector of the FP8 copy (the
 # cast's fast store path) and on a 16-byte chunk (the GEMM's unshifted loads).
@@ -113,7 +114,10 @@ def _main_grad_of(op: str, weight: torch.Tensor) -> Optional[torch.Tensor]:
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """`x @ weight^T + bias` with FP8 GEMMs (DeepSeek-V3 recipe, see the module doc). `x` [..., in] (any
     leading dims, any token count), `weight` [out, in], `bias` [out] or None; in and out multiples of 16.
-    The output has x's dtype and shape [..., out]."""
+    The output has x's dtype and shape [..., out]. DTensor arguments (tensor parallelism on a 1-D mesh) run
+    the recipe on their local shards and give a DTensor: see `wgrad.nn.tensor_parallel`."""
+    if has_dtensor(x, weight, bias):
+        return fp8_linear_dtensor(x, weight, bias, fp8_linear)
     op = "fp8_linear"
     if weight.dim() != 2:
         raise ValueError(f"{op}: weight must be 2-D [out_features, in_features], got shape {tuple(weight.shape)}")
@@ -239,6 +243,9 @@ def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor,
     best as a tensor on x's device (no host synchronisation). in and out multiples of 16; on the GPU x and
     weight are bfloat16."""
     op = "fp8_grouped_linear"
+    if has_dtensor(x, weight, bias):
+        raise ValueError(f"{op}: DTensor arguments are not supported: split the experts over ranks with "
+                         f"wgrad.nn.expert_dispatch / expert_combine and give the layer plain tensors")
     if weight.dim() != 3:
         raise ValueError(f"{op}: weight must be 3-D [num_experts, out_features, in_features], "
                          f"got shape {tuple(weight.shape)}")
