@@ -305,3 +305,41 @@ def on_poisoned_outputs(call, attempts: int = 4):
         if all(landed):
             break
     return outs, landed
+
+
+# ------------------------------------------------------------------ multi-process (gloo) ----------------
+
+
+def spawn_ranks(worker, world: int, tmp: Path, *args) -> List[object]:
+    """Runs `worker(rank, init_file, out_dir, *args)` in `world` spawned processes and returns what each rank
+    saved with `finish_rank`, in rank order."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(worker, args=(str(tmp / "init"), str(tmp), *args), nprocs=world, join=True)
+    return [torch.load(tmp / f"rank{r}.pt") for r in range(world)]
+
+
+def finish_rank(rank: int, out_dir: str, result: object) -> None:
+    """The end of a `spawn_ranks` worker: saves `result`, waits until every rank is done with its collectives
+    (before any tears its connections down), and leaves without the interpreter's teardown, where gloo's and
+    autograd's threads now and then abort a finished worker ("terminate called without an active
+    exception"). The results are on disk; the parent checks them."""
+    import torch.distributed as dist
+
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def value_error_messages(calls) -> Dict[str, Optional[str]]:
+    """name -> the message of the ValueError that calling `calls[name]()` raised, or None when it raised none
+    (for checks that run inside a spawned rank, whose results go back to the parent as data)."""
+    messages: Dict[str, Optional[str]] = {}
+    for name, call in calls.items():
+        try:
+            call()
+            messages[name] = None
+        except ValueError as e:
+            messages[name] = str(e)
+    return messages

@@ -13,17 +13,15 @@ gradient (1x128 blocks along the tokens) see the same blocks on two ranks as on 
 
 from __future__ import annotations
 
-import json
-import os
 import warnings
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 import wgrad.nn as wnn
+from helpers import finish_rank, spawn_ranks
 
 STEPS, TOKENS, D_IN, D_HID, D_OUT, MICRO = 5, 512, 256, 128, 64, 128
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
@@ -94,26 +92,17 @@ def _train(rank: int, world: int, main_grad: bool, fsdp: bool = False):
     return losses
 
 
-def _worker(rank: int, world: int, init_file: str, out_dir: str, mode: str):
+def _worker(rank: int, init_file: str, out_dir: str, world: int, mode: str):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         losses = _train(rank, world, mode == "main_grad", fsdp=mode == "fsdp")
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump({"losses": losses, "warnings": [str(w.message) for w in caught]}, f)
-    # Both ranks done with every collective before either tears its connections down.
-    dist.barrier()
-    dist.destroy_process_group()
-    # Leave without the interpreter's teardown: gloo's and autograd's threads at static destruction time
-    # now and then abort a finished worker ("terminate called without an active exception"). The results
-    # are on disk; the parent checks them.
-    os._exit(0)
+    finish_rank(rank, out_dir, {"losses": losses, "warnings": [str(w.message) for w in caught]})
 
 
 @pytest.mark.parametrize("mode", ["ddp", "main_grad", "fsdp"])
 def test_two_ranks_train_like_one(tmp_path, mode):
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tmp_path), mode), nprocs=2, join=True)
-    docs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    docs = spawn_ranks(_worker, 2, tmp_path, 2, mode)
     ranks = [d["losses"] for d in docs]
     # No module output is a view (FSDP2 warns about those: an in-place op on one would skip its hooks).
     assert not [w for d in docs for w in d["warnings"] if "view" in w]

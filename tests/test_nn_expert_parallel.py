@@ -12,15 +12,13 @@ operands through the same float64 reference products.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 import wgrad.nn as wnn
+from helpers import finish_rank, spawn_ranks, value_error_messages
 
 WORLD, EXPERTS, D_MODEL, D_FF = 2, 4, 128, 256
 LOCAL = EXPERTS // WORLD
@@ -85,18 +83,11 @@ def _ep_step(block, x, counts, dy, capacity, drop_overflow=False):
 def _errors(rank: int):
     """Messages of the argument errors a rank raises (before any collective, so every rank raises alike)."""
     x, counts, _ = _batch(rank, 0)
-    messages = {}
-    for name, call in {
+    return value_error_messages({
         "experts_not_multiple_of_world": lambda: wnn.expert_dispatch(x, torch.tensor([TOKENS[rank], 0, 0]),
                                                                      CAPACITY),
         "overflow": lambda: wnn.expert_dispatch(x, counts, DROP_CAPACITY),
-    }.items():
-        try:
-            call()
-            messages[name] = None
-        except ValueError as e:
-            messages[name] = str(e)
-    return messages
+    })
 
 
 def _worker(rank: int, init_file: str, out_dir: str):
@@ -125,20 +116,12 @@ def _worker(rank: int, init_file: str, out_dir: str):
                       "up": block.up.weight.grad, "down": block.down.weight.grad}
 
     result["errors"] = _errors(rank)
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-    # Both ranks done with every collective before either tears its connections down.
-    dist.barrier()
-    dist.destroy_process_group()
-    # Leave without the interpreter's teardown: gloo's and autograd's threads at static destruction time
-    # now and then abort a finished worker. The results are on disk; the parent checks them.
-    os._exit(0)
+    finish_rank(rank, out_dir, result)
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("expert_parallel")
-    mp.spawn(_worker, args=(str(tmp / "init"), str(tmp)), nprocs=WORLD, join=True)
-    return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
+    return spawn_ranks(_worker, WORLD, tmp_path_factory.mktemp("expert_parallel"))
 
 
 def _single(steps, capacity=None, main_grad=False):

@@ -13,15 +13,13 @@ FP8 casts cut the same 1x128 and 128x128 blocks as the unsharded layers.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 import wgrad.nn as wnn
+from helpers import finish_rank, spawn_ranks, value_error_messages
 from wgrad.nn.tensor_parallel import has_dtensor
 
 WORLD, TOKENS, D_MODEL, D_FF, STEPS, LR = 2, 256, 128, 512, 3, 0.01
@@ -93,14 +91,7 @@ def _errors(mesh):
     with_main_grad = distribute_tensor(torch.zeros(D_FF, D_MODEL), mesh, [Shard(0)])
     with_main_grad.main_grad = torch.zeros(D_FF // WORLD, D_MODEL)
     calls["main_grad"] = lambda: wnn.fp8_linear(distribute_tensor(x, mesh, [Replicate()]), with_main_grad)
-    messages = {}
-    for name, call in calls.items():
-        try:
-            call()
-            messages[name] = None
-        except ValueError as e:
-            messages[name] = str(e)
-    return messages
+    return value_error_messages(calls)
 
 
 def _worker(rank: int, init_file: str, out_dir: str):
@@ -112,20 +103,12 @@ def _worker(rank: int, init_file: str, out_dir: str):
     model = parallelize_module(_mlp(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
     result = {"mlp": _train(model), "local_weights": [tuple(model[i].weight.to_local().shape) for i in (0, 2)],
               "tokens": _token_sharded(mesh), "errors": _errors(mesh)}
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-    # Both ranks done with every collective before either tears its connections down.
-    dist.barrier()
-    dist.destroy_process_group()
-    # Leave without the interpreter's teardown: gloo's and autograd's threads at static destruction time
-    # now and then abort a finished worker. The results are on disk; the parent checks them.
-    os._exit(0)
+    finish_rank(rank, out_dir, result)
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("tensor_parallel")
-    mp.spawn(_worker, args=(str(tmp / "init"), str(tmp)), nprocs=WORLD, join=True)
-    return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
+    return spawn_ranks(_worker, WORLD, tmp_path_factory.mktemp("tensor_parallel"))
 
 
 def _exact(actual, expected):
