@@ -22,17 +22,24 @@ def test_uneven_split(groups, total):
     assert max(sizes) > 1.5 * total / groups  # uneven, as a router makes them
 
 
-def _row(kind, ours, bf16, err=0.03):
+def _row(kind, ours, bf16, err=0.03, torchao=None, note=""):
     return layers.LayerRow(kind, "7168->2112 x 8192", ours, ours * 1.05, bf16, 0.25, 0.05, {"fprop": 0.1},
-                           100 * 2**20, 200 * 2**20, 90.0 if kind == "dense" else None, err)
+                           100 * 2**20, 200 * 2**20, 90.0 if kind == "dense" else None, err, torchao, note)
 
 
 def test_table_and_check():
-    rows = [_row("dense", 1.0, 1.5), _row("dense", 2.0, 2.4), _row("grouped", 1.0, 1.0, err=0.5)]
+    rows = [_row("dense", 1.0, 1.5, note="features not multiples of 128"), _row("dense", 2.0, 2.4, torchao=2.5),
+            _row("grouped", 1.0, 1.0, err=0.5)]
     table = layers.layers_table(rows)
-    assert "| dense 7168->2112 x 8192 | 1.000 | 1.050 | 1.500 | 1.50 | 0.250 / 0.050 | 100.0 / 200.0 | 90.0 |" in table
+    assert ("| dense 7168->2112 x 8192 | 1.000 | 1.050 | 1.500 | 1.50 | n/a (features not multiples of 128) | - | "
+            "0.250 / 0.050 | 100.0 / 200.0 | 90.0 |") in table
+    assert "| 2.000 | 2.100 | 2.400 | 1.20 | 2.500 | 1.25 | 0.250 / 0.050 |" in table
     assert "dense: geomean speedup 1.342" in table and "grouped: geomean speedup 1.000" in table
+    assert "dense against torchao: geomean 1.250 over 1 of 2 layers" in table
+    assert "torchao n/a (features not multiples of 128)" in layers.format_row(rows[0])
+    assert "torchao 2.500 ms (x1.25)" in layers.format_row(rows[1])
     run = layers.LayersRun(cli.build_parser().parse_args(["--layers"]), False)
     run.rows = rows
     assert run.failed_count() == 1 and "relative difference to bf16 0.5" in run.failure_lines()[0]
     assert [r["speedup"] for r in run.json()["layers"]] == pytest.approx([1.5, 1.2, 1.0])
+    assert [r["vs_torchao"] for r in run.json()["layers"]] == [None, pytest.approx(1.25), None]

@@ -9,7 +9,10 @@ medians. The GPU time is what a training step pays when the host runs ahead of t
 layers follow each other; the host's enqueue time of the same call is its own column (a layer whose host time
 exceeds its GPU time would be host-bound in training). Columns: the speedup, a per-step breakdown of our
 layer (each step timed alone the same way), the activation bytes saved for backward, and the weight cast's
-bandwidth against a device copy of the same bytes.
+bandwidth against a device copy of the same bytes. Where torchao is importable, its blockwise FP8 linear
+(`torchao.prototype.blockwise_fp8_training`, the same 1x128 / 128x128 recipe) is a column of the dense rows,
+interleaved with the others (n/a, with the reason, where it cannot run a shape: it takes feature counts that
+are multiples of 128).
 """
 
 from __future__ import annotations
@@ -143,10 +146,16 @@ class LayerRow:
     saved_bytes_bf16: int = 0
     weight_cast_pct_of_copy: Optional[float] = None
     rel_error: Optional[float] = None
+    torchao_ms: Optional[float] = None  # torchao's blockwise FP8 linear, the same call (dense rows)
+    torchao_note: str = ""  # why there is no torchao time
 
     @property
     def speedup(self) -> float:
         return self.bf16_ms / self.ours_ms
+
+    @property
+    def vs_torchao(self) -> Optional[float]:
+        return self.torchao_ms / self.ours_ms if self.torchao_ms is not None else None
 
 
 def _copy_ms(nbytes: int, flush: torch.Tensor, reps: int) -> Tuple[float, int]:
@@ -161,6 +170,29 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)).item()
 
 
+def torchao_linear(linear: nn.Linear, x: torch.Tensor, dy: torch.Tensor) -> Tuple[Optional[nn.Module], str]:
+    """torchao's blockwise FP8 linear over `linear`'s weight, checked by one forward + backward on (x, dy):
+    (module, "") or (None, why not). Its cuBLAS path (`torch.nn.functional.scaled_mm`) first, then its Triton
+    GEMMs, for torch versions without the former."""
+    if linear.in_features % 128 or linear.out_features % 128:
+        return None, "features not multiples of 128"
+    try:
+        from torchao.prototype.blockwise_fp8_training.linear import Float8BlockwiseLinear
+    except Exception as e:  # not installed, or not importable against this torch
+        return None, f"not importable ({type(e).__name__})"
+    reasons = []
+    for use_triton in (False, True):
+        try:
+            module = Float8BlockwiseLinear.from_float(linear)
+            module.use_triton = use_triton
+            _train_step(module, x, dy)()
+            torch.cuda.synchronize()
+            return module, ""
+        except Exception as e:
+            reasons.append(f"{'triton' if use_triton else 'scaled_mm'}: {type(e).__name__}")
+    return None, "; ".join(reasons)
+
+
 def bench_dense(in_f: int, out_f: int, tokens: int, reps: int, flush: torch.Tensor) -> LayerRow:
     torch.manual_seed(0)
     ref = nn.Linear(in_f, out_f, bias=False, dtype=torch.bfloat16, device="cuda")
@@ -172,8 +204,11 @@ def bench_dense(in_f: int, out_f: int, tokens: int, reps: int, flush: torch.Tens
     dy = torch.randn(tokens, out_f, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         err = _rel(ours(x), ref(x))
-    times = time_interleaved({"ours": _train_step(ours, x, dy), "ours_mg": _train_step(ours_mg, x, dy),
-                              "bf16": _train_step(ref, x, dy)}, reps, flush)
+    torchao, torchao_note = torchao_linear(ref, x, dy)
+    fns = {"ours": _train_step(ours, x, dy), "ours_mg": _train_step(ours_mg, x, dy), "bf16": _train_step(ref, x, dy)}
+    if torchao is not None:
+        fns["torchao"] = _train_step(torchao, x, dy)
+    times = time_interleaved(fns, reps, flush)
     # Each step of our layer alone (the weight cast is cached across micro-batches: shown, not in the step).
     xd = x.detach()
     w = ref.weight.detach()
@@ -196,7 +231,8 @@ def bench_dense(in_f: int, out_f: int, tokens: int, reps: int, flush: torch.Tens
     saved = x_q_t.untyped_storage().nbytes() + x_s_t.untyped_storage().nbytes()
     return LayerRow("dense", f"{in_f}->{out_f} x {tokens}", times["ours"].gpu_ms, times["ours_mg"].gpu_ms,
                     times["bf16"].gpu_ms, times["ours"].host_ms, times["bf16"].host_ms, steps,
-                    saved, xd.numel() * 2, cast_pct, err)
+                    saved, xd.numel() * 2, cast_pct, err,
+                    times["torchao"].gpu_ms if torchao is not None else None, torchao_note)
 
 
 class _Bf16Experts(nn.Module):
@@ -269,25 +305,41 @@ def run_layers(reps: int = DEFAULT_REPS, dense: Sequence[Tuple[int, int]] = DENS
 def format_row(r: LayerRow) -> str:
     steps = ", ".join(f"{k} {v:.3f}" for k, v in r.steps_ms.items())
     cast = f", weight cast {r.weight_cast_pct_of_copy:.1f} % of copy" if r.weight_cast_pct_of_copy else ""
+    torchao = ""
+    if r.kind == "dense":
+        note = f" ({r.torchao_note})" if r.torchao_note else ""
+        torchao = (f", torchao {r.torchao_ms:.3f} ms (x{r.vs_torchao:.2f})" if r.torchao_ms is not None else
+                   f", torchao n/a{note}")
     return (f"{r.kind} {r.label}: ours {r.ours_ms:.3f} ms (main_grad {r.ours_main_grad_ms:.3f}), bf16 "
-            f"{r.bf16_ms:.3f} ms, x{r.speedup:.2f}; host {r.ours_host_ms:.3f} ms vs {r.bf16_host_ms:.3f} ms; "
+            f"{r.bf16_ms:.3f} ms, x{r.speedup:.2f}{torchao}; host {r.ours_host_ms:.3f} ms vs {r.bf16_host_ms:.3f} ms; "
             f"saved activations {r.saved_bytes_ours / 2**20:.1f} MiB vs {r.saved_bytes_bf16 / 2**20:.1f} MiB{cast}; steps (ms): {steps}; rel. diff to bf16 {r.rel_error:.2e}")
 
 
 def layers_table(rows: Sequence[LayerRow]) -> str:
-    head = ("| layer | FP8 fwd+bwd (ms) | with main_grad (ms) | bf16 (ms) | speedup | host FP8 / bf16 (ms) | "
-            "saved activations FP8 / bf16 (MiB) | weight cast (% of copy) |")
-    lines = [head, "|" + "---|" * 8]
+    head = ("| layer | FP8 fwd+bwd (ms) | with main_grad (ms) | bf16 (ms) | speedup | torchao (ms) | vs torchao | "
+            "host FP8 / bf16 (ms) | saved activations FP8 / bf16 (MiB) | weight cast (% of copy) |")
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         cast = f"{r.weight_cast_pct_of_copy:.1f}" if r.weight_cast_pct_of_copy is not None else "-"
+        note = f" ({r.torchao_note})" if r.torchao_note else ""
+        torchao = (f"{r.torchao_ms:.3f} | {r.vs_torchao:.2f}" if r.torchao_ms is not None else
+                   "- | -" if r.kind != "dense" else f"n/a{note} | -")
         lines.append(f"| {r.kind} {r.label} | {r.ours_ms:.3f} | {r.ours_main_grad_ms:.3f} | {r.bf16_ms:.3f} | "
-                     f"{r.speedup:.2f} | {r.ours_host_ms:.3f} / {r.bf16_host_ms:.3f} | "
+                     f"{r.speedup:.2f} | {torchao} | {r.ours_host_ms:.3f} / {r.bf16_host_ms:.3f} | "
                      f"{r.saved_bytes_ours / 2**20:.1f} / {r.saved_bytes_bf16 / 2**20:.1f} | {cast} |")
     for kind in ("dense", "grouped"):
         sel = [r.speedup for r in rows if r.kind == kind]
         if sel:
-            lines.append(f"\n{kind}: geomean speedup {math.exp(sum(map(math.log, sel)) / len(sel)):.3f}")
+            lines.append(f"\n{kind}: geomean speedup {_geomean(sel):.3f}")
+    vs = [r.vs_torchao for r in rows if r.vs_torchao is not None]
+    if vs:
+        lines.append(f"\ndense against torchao: geomean {_geomean(vs):.3f} over {len(vs)} of "
+                     f"{sum(r.kind == 'dense' for r in rows)} layers")
     return "\n".join(lines)
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 # ------------------------------------------------------------------ the suite -----------------------
@@ -313,7 +365,8 @@ class LayersRun(SuiteRun):
         return ["", "layers (forward + backward)", layers_table(self.rows) if self.rows else "(no rows)"]
 
     def json(self):
-        return dict(layers=[dict(dataclasses.asdict(r), speedup=r.speedup) for r in self.rows])
+        return dict(layers=[dict(dataclasses.asdict(r), speedup=r.speedup, vs_torchao=r.vs_torchao)
+                            for r in self.rows])
 
     def failed_count(self) -> int:
         return sum(1 for r in self.rows if not (r.rel_error is not None and r.rel_error <= MAX_REL_DIFF_TO_BF16))
