@@ -12,7 +12,8 @@ layer (each step timed alone the same way), the activation bytes saved for backw
 bandwidth against a device copy of the same bytes. Where torchao is importable, its blockwise FP8 linear
 (`torchao.prototype.blockwise_fp8_training`, the same 1x128 / 128x128 recipe) is a column of the dense rows,
 interleaved with the others (n/a, with the reason, where it cannot run a shape: it takes feature counts that
-are multiples of 128).
+are multiples of 128). Its casts are Triton kernels, compiled (and autotuned) at their first call per shape:
+with torchao installed the suite runs minutes longer.
 """
 
 from __future__ import annotations
