@@ -63,17 +63,6 @@ inline std::string make_grouped_operand_desc(CUtensorMap* desc, const void* ptr,
                                CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// fp32 [g, kb, mn] scales, contiguous with rows of ld >= mn (ld % 4 == 0) elements: element (g, kb, mn) at
-// (g * kb_count + kb) * ld + mn; box box_mn x 1 x 1.
-inline std::string make_grouped_scale_desc(CUtensorMap* desc, const float* ptr, int64_t g, int64_t mn, int64_t kb,
-                                           int64_t ld, int box_mn) {
-  const uint64_t dims[3] = {static_cast<uint64_t>(mn), static_cast<uint64_t>(kb), static_cast<uint64_t>(g)};
-  const uint64_t strides[2] = {static_cast<uint64_t>(ld * 4), static_cast<uint64_t>(ld * kb * 4)};
-  const uint32_t box[3] = {static_cast<uint32_t>(box_mn), 1, 1};
-  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box,
-                               CU_TENSOR_MAP_SWIZZLE_NONE);
-}
-
 // bf16 [rows, n] with row stride ld (elements, a multiple of 8 unless rows == 1); box 64 x 64, 128B swizzle
 // (the m-grouped GEMM's out).
 inline std::string make_bf16_out_desc(CUtensorMap* desc, void* ptr, int64_t rows, int64_t n, int64_t ld) {

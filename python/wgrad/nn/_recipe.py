@@ -186,11 +186,8 @@ def dense_mm(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tenso
     """`(a * sa) @ (b * sb)^T` in bf16 on wgrad's m-grouped kernel with one group of all M rows: any M and K,
     no copies (`b` and `sb` may come with K padded for cuBLAS: their first K columns are the operand)."""
     m, k = a.shape
-    out = torch.empty((m, b.shape[0]), dtype=torch.bfloat16, device=a.device)
     sizes = torch.full((1,), m, dtype=torch.int32, device=a.device)
-    torch.ops.wgrad.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b[:, :k].unsqueeze(0),
-                                                              sb[:, :-(-k // 128)].unsqueeze(0), out, sizes)
-    return out
+    return m_grouped_mm(a, sa, b[:, :k].unsqueeze(0), sb[:, :-(-k // 128)].unsqueeze(0), sizes, torch.bfloat16)
 
 
 def fp8_mm(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
