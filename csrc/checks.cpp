@@ -55,16 +55,20 @@ void check_mn_major_scales(const char* op, const char* name, const torch::stable
               s.storage_offset());
 }
 
-void check_fp32_out(const char* op, const torch::stable::Tensor& out, int64_t m, int64_t n) {
-  WGRAD_CHECK(out.scalar_type() == ScalarType::Float, op, ": out must be float32, got ", out.scalar_type());
+// out of a weight-gradient GEMM: float32 (accumulated into) or bfloat16 (written); its last two dims [M, N].
+void check_gemm_out(const char* op, const torch::stable::Tensor& out, int64_t m, int64_t n, ScalarType dtype) {
+  const bool bf16 = dtype == ScalarType::BFloat16;
+  WGRAD_CHECK(out.scalar_type() == dtype, op, ": out must be ", bf16 ? "bfloat16" : "float32", ", got ",
+              out.scalar_type());
   const int64_t d = out.dim();
   WGRAD_CHECK(out.size(d - 2) == m && out.size(d - 1) == n, op, ": out must end in [", m, ", ", n, "], got ",
               out.sizes());
   if (out.numel() == 0) return;
   WGRAD_CHECK(out.stride(d - 1) == 1 || n == 1, op, ": out must have stride(-1) == 1, got strides ", out.strides());
+  const int64_t multiple = kTmaAlignBytes / static_cast<int64_t>(out.element_size());  // 4 or 8 elements
   for (int64_t i = 0; i + 1 < d; ++i) {
-    WGRAD_CHECK(out.stride(i) % 4 == 0 || out.size(i) == 1, op, ": out stride(", i,
-                ") must be a multiple of 4 (16 bytes, TMA), got ", out.stride(i));
+    WGRAD_CHECK(out.stride(i) % multiple == 0 || out.size(i) == 1, op, ": out stride(", i, ") must be a multiple of ",
+                multiple, " (16 bytes, TMA), got ", out.stride(i));
   }
   WGRAD_CHECK(m == 1 || out.stride(d - 2) >= n, op, ": out row stride must be >= N = ", n, ", got ", out.stride(d - 2));
   WGRAD_CHECK(aligned(out, kTmaAlignBytes), op, ": out data pointer must be 16-byte aligned, got storage offset ",
@@ -138,19 +142,19 @@ void check_group_size_values(const char* op, const char* name, const torch::stab
 
 }  // namespace
 
-void check_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
-                                      const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
-                                      const torch::stable::Tensor& out) {
-  constexpr const char* op = "wgrad_gemm_fp8_fp8_fp32_nt";
+namespace {
+
+// Dense: a [M, K], b [N, K], out [M, N] of `dtype`; `contiguous_op` takes any K.
+void check_dense_gemm(const char* op, const char* contiguous_op, const torch::stable::Tensor& a,
+                      const torch::stable::Tensor& sa, const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                      const torch::stable::Tensor& out, ScalarType dtype) {
   WGRAD_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K], got ", a.dim(), "-D ", a.sizes());
   WGRAD_CHECK(b.dim() == 2, op, ": b must be 2-D [N, K], got ", b.dim(), "-D ", b.sizes());
   WGRAD_CHECK(out.dim() == 2, op, ": out must be 2-D [M, N], got ", out.dim(), "-D ", out.sizes());
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
   WGRAD_CHECK(b.size(1) == k, op, ": b must have K = ", k, " columns like a, got ", b.size(1));
-  WGRAD_CHECK(k % 16 == 0, op,
-              ": K must be a multiple of 16 (16-byte TMA rows; k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous "
-              "takes any K as one group), got ",
-              k);
+  WGRAD_CHECK(k % 16 == 0, op, ": K must be a multiple of 16 (16-byte TMA rows; ", contiguous_op,
+              " takes any K as one group), got ", k);
   for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}}) {
     check_same_device(op, out, name, *t);
   }
@@ -159,8 +163,24 @@ void check_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, const torc
   const int64_t kb = ceil_div(k, kScaleBlockK);
   check_mn_major_scales(op, "sa", sa, m, kb);
   check_mn_major_scales(op, "sb", sb, n, kb);
-  check_fp32_out(op, out, m, n);
+  check_gemm_out(op, out, m, n, dtype);
   check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}});
+}
+
+}  // namespace
+
+void check_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                      const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                      const torch::stable::Tensor& out) {
+  check_dense_gemm("wgrad_gemm_fp8_fp8_fp32_nt", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous", a, sa, b, sb, out,
+                   ScalarType::Float);
+}
+
+void check_wgrad_gemm_fp8_fp8_bf16_nt(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                      const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                      const torch::stable::Tensor& out) {
+  check_dense_gemm("wgrad_gemm_fp8_fp8_bf16_nt", "k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous", a, sa, b, sb, out,
+                   ScalarType::BFloat16);
 }
 
 void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
@@ -192,14 +212,15 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, 
   }
   check_mn_major_scales(op, "sa", sa, m, kb_total);
   check_mn_major_scales(op, "sb", sb, n, kb_total);
-  check_fp32_out(op, out, m, n);
+  check_gemm_out(op, out, m, n, ScalarType::Float);
   check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}});
 }
 
-void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
-    const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
-    const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks) {
-  constexpr const char* op = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous";
+namespace {
+
+void check_contiguous_gemm(const char* op, const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                           const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                           const torch::stable::Tensor& out, const torch::stable::Tensor& ks, ScalarType dtype) {
   const int64_t groups = check_group_size_tensor(op, "ks", ks);
   check_grouped_out(op, out, groups);
   for (auto [name, t] : {std::pair{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"ks", &ks}}) {
@@ -217,9 +238,24 @@ void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
                 "] (ceil(K_total/128) + G - 1 blocks: blocks restart at every group), got ", s->sizes());
     check_mn_major_scales(op, name, *s, rows, s->size(1));
   }
-  check_fp32_out(op, out, m, n);
+  check_gemm_out(op, out, m, n, dtype);
   check_out_apart(op, out, {{"a", &a}, {"sa", &sa}, {"b", &b}, {"sb", &sb}, {"ks", &ks}});
   check_group_size_values(op, "ks", ks, k_total, "K_total");
+}
+
+}  // namespace
+
+void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
+    const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
+    const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks) {
+  check_contiguous_gemm("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous", a, sa, b, sb, out, ks, ScalarType::Float);
+}
+
+void check_k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(
+    const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
+    const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks) {
+  check_contiguous_gemm("k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous", a, sa, b, sb, out, ks,
+                        ScalarType::BFloat16);
 }
 
 void check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,

@@ -15,6 +15,13 @@ namespace wgrad {
 void check_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
                                       const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
                                       const torch::stable::Tensor& out);
+// The bf16 forms: the same operands, out bfloat16 (strides multiples of 8 elements).
+void check_wgrad_gemm_fp8_fp8_bf16_nt(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                      const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                      const torch::stable::Tensor& out);
+void check_k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(
+    const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
+    const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks);
 void check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
                                                 const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
                                                 const torch::stable::Tensor& out, IntArrayRef ks);

@@ -20,6 +20,14 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const torch::stable::Tensor& a, c
 void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(
     const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
     const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks);
+// The weight gradient in bf16, written (out = bf16(a b^T), empty groups zeros): for a gradient with no fp32
+// accumulation buffer.
+void wgrad_gemm_fp8_fp8_bf16_nt_cuda(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                                     const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
+                                     const torch::stable::Tensor& out);
+void k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous_cuda(
+    const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
+    const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks);
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_cuda(const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
                                                     const torch::stable::Tensor& b, const torch::stable::Tensor& sb,
                                                     const torch::stable::Tensor& out,

@@ -35,6 +35,13 @@
 //        K_total into G groups can need); group g's blocks start at column sum_{h<g} ceil(ks[h]/128).
 //   out  float32 [G, M, N] as in the packed layout.
 //
+// bf16 forms of the dense and contiguous-K GEMMs (the weight gradient of a model without an fp32
+// accumulation buffer), out written, not accumulated:
+//     out[m, n] = bf16( sum_kb sa[m, kb] * sb[n, kb] * sum_{k in block kb} a[m, k] * b[n, k] )
+// rounded once from the fp32 sum (the same bits as the fp32 form into zeros, then cast). K == 0 (a group
+// with K_g == 0) writes zeros. The operands as above; out bfloat16 with the fp32 out's rules but strides
+// multiples of 8 elements (16 bytes).
+//
 // m-grouped (the expert GEMM of MoE fprop and dgrad; bf16 out, written, not accumulated):
 //     out[r, n] = bf16( sum_kb sa[r, kb] * sb[g, n / 128, kb] * sum_{k in block kb} a[r, k] * b[g, n, k] )
 // for every row r of group g (rows [off_g, off_g + group_sizes[g]), off_g = sum(group_sizes[:g])).
@@ -88,6 +95,10 @@ STABLE_TORCH_LIBRARY(wgrad, m) {
   m.def(
       "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor(a!) out, "
       "Tensor group_sizes) -> ()");
+  m.def("wgrad_gemm_fp8_fp8_bf16_nt(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor(a!) out) -> ()");
+  m.def(
+      "k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(Tensor a, Tensor sa, Tensor b, Tensor sb, "
+      "Tensor(a!) out, Tensor ks) -> ()");
 
   // The checks on their own, so that the Python CPU kernels (reference math) enforce exactly the
   // contract the CUDA kernels enforce.
@@ -101,6 +112,10 @@ STABLE_TORCH_LIBRARY(wgrad, m) {
   m.def(
       "_check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor out, "
       "Tensor group_sizes) -> ()");
+  m.def("_check_wgrad_gemm_fp8_fp8_bf16_nt(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor out) -> ()");
+  m.def(
+      "_check_k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(Tensor a, Tensor sa, Tensor b, Tensor sb, "
+      "Tensor out, Tensor ks) -> ()");
 
   m.def("quantize_fp8_1x128_rowwise(Tensor x, bool ue8m0=False) -> (Tensor q, Tensor scales)");
   m.def("quantize_fp8_1x128_colwise(Tensor x, bool ue8m0=False) -> (Tensor q_t, Tensor scales_t)");
@@ -138,6 +153,9 @@ void register_checks(Library& m) {
          TORCH_BOX(&wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous));
   m.impl("_check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
          TORCH_BOX(&wgrad::check_m_grouped_gemm_fp8_fp8_bf16_nt_contiguous));
+  m.impl("_check_wgrad_gemm_fp8_fp8_bf16_nt", TORCH_BOX(&wgrad::check_wgrad_gemm_fp8_fp8_bf16_nt));
+  m.impl("_check_k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous",
+         TORCH_BOX(&wgrad::check_k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous));
   m.impl("_check_quantize_fp8_1x128", TORCH_BOX(&wgrad::check_quantize_fp8_1x128));
   m.impl("_check_quantize_fp8_1x128_segments", TORCH_BOX(&wgrad::check_quantize_fp8_1x128_segments));
   m.impl("_check_quantize_fp8_1x128_segments_padded", TORCH_BOX(&wgrad::check_quantize_fp8_1x128_segments_padded));
@@ -157,6 +175,9 @@ STABLE_TORCH_LIBRARY_IMPL(wgrad, CUDA, m) {
          TORCH_BOX(&wgrad::k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda));
   m.impl("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
          TORCH_BOX(&wgrad::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_cuda));
+  m.impl("wgrad_gemm_fp8_fp8_bf16_nt", TORCH_BOX(&wgrad::wgrad_gemm_fp8_fp8_bf16_nt_cuda));
+  m.impl("k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous",
+         TORCH_BOX(&wgrad::k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous_cuda));
   m.impl("quantize_fp8_1x128_rowwise", TORCH_BOX(&wgrad::quantize_fp8_1x128_rowwise_cuda));
   m.impl("quantize_fp8_1x128_colwise", TORCH_BOX(&wgrad::quantize_fp8_1x128_colwise_cuda));
   m.impl("quantize_fp8_1x128_both", TORCH_BOX(&wgrad::quantize_fp8_1x128_both_cuda));

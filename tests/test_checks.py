@@ -1,4 +1,4 @@
-"""Every bad input of the three GEMM ops is rejected with a RuntimeError that names the argument and the
+"""Every bad input of the weight-gradient GEMM ops (fp32 and bf16 forms) is rejected with a RuntimeError that names the argument and the
 expected / actual value, and `out` is left bitwise as it was.
 
 Each case runs on three backends:
@@ -26,6 +26,8 @@ from helpers import FP8, bits, cuda_param
 DENSE = "wgrad_gemm_fp8_fp8_fp32_nt"
 PACKED = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"
 CONTIG = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous"
+DENSE_BF16 = "wgrad_gemm_fp8_fp8_bf16_nt"
+CONTIG_BF16 = "k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous"
 
 M, N = 33, 24  # M not a multiple of 4 (scale ld = 36), N a multiple of 4 (out rows 16-byte aligned)
 
@@ -92,11 +94,28 @@ def good_contig(dev):
                 out=out_rand(3, M, N, dev=dev), ks=torch.tensor(KS_CONTIG, dtype=torch.int32, device=dev))
 
 
-GOOD = {DENSE: good_dense, PACKED: good_packed, CONTIG: good_contig}
+def with_bf16_out(good):
+    """The bf16 forms take the fp32 forms' operands and a bf16 out (N = 24: rows of 48 bytes, 16-byte aligned)."""
+    def make(dev):
+        args = good(dev)
+        args["out"] = args["out"].bfloat16()
+        return args
+    return make
+
+
+def out_strided_bf16(shape, strides, dev):
+    numel = 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+    return torch.randn(numel, device=dev).bfloat16().as_strided(shape, strides)
+
+
+GOOD = {DENSE: good_dense, PACKED: good_packed, CONTIG: good_contig, DENSE_BF16: with_bf16_out(good_dense),
+        CONTIG_BF16: with_bf16_out(good_contig)}
 ARG_ORDER = {
     DENSE: ("a", "sa", "b", "sb", "out"),
     PACKED: ("a", "sa", "b", "sb", "out", "ks"),
     CONTIG: ("a", "sa", "b", "sb", "out", "ks"),
+    DENSE_BF16: ("a", "sa", "b", "sb", "out"),
+    CONTIG_BF16: ("a", "sa", "b", "sb", "out", "ks"),
 }
 
 
@@ -253,8 +272,31 @@ CONTIG_CASES = [
          r"sum\(ks\) must equal K_total = 160, got 176", needs_data=True),
 ]
 
-CASES = {DENSE: DENSE_CASES, PACKED: PACKED_CASES, CONTIG: CONTIG_CASES}
-SHORT = {DENSE: "dense", PACKED: "packed", CONTIG: "contig"}
+# The bf16 forms: the fp32 forms' operand cases (those that leave out as it is) and their own out rules.
+DENSE_BF16_CASES = [c for c in DENSE_CASES if not c.name.startswith("out")] + [
+    Case("out_float32", lambda d, g: dict(out=out_rand(M, N, dev=d)), r"out must be bfloat16, got"),
+    Case("out_3d", lambda d, g: dict(out=g["out"][None]), r"out must be 2-D \[M, N\], got 3-D"),
+    Case("out_n_mismatch", lambda d, g: dict(out=out_rand(M, N + 8, dev=d).bfloat16()),
+         r"out must end in \[33, 24\], got"),
+    Case("out_column_major", lambda d, g: dict(out=out_rand(N, M, dev=d).bfloat16().t()),
+         r"out must have stride\(-1\) == 1"),
+    Case("out_row_stride_not_multiple_of_8", lambda d, g: dict(out=out_strided_bf16((M, N), (28, 1), d)),
+         r"out stride\(0\) must be a multiple of 8.*got 28"),
+    Case("out_misaligned", lambda d, g: dict(out=at_offset((M, N), torch.bfloat16, 4, d)),
+         r"out data pointer must be 16-byte aligned.*storage offset 4"),
+]
+CONTIG_BF16_CASES = [c for c in CONTIG_CASES if not c.name.startswith("out")] + [
+    Case("out_float32", lambda d, g: dict(out=out_rand(3, M, N, dev=d)), r"out must be bfloat16, got"),
+    Case("out_2d", lambda d, g: dict(out=g["out"][0]), r"out must be 3-D \[G, M, N\], got 2-D"),
+    Case("out_group_stride_not_multiple_of_8", lambda d, g: dict(out=out_strided_bf16((3, M, N), (M * N + 4, N, 1), d)),
+         r"out stride\(0\) must be a multiple of 8.*got 796"),
+    Case("out_misaligned", lambda d, g: dict(out=at_offset((3, M, N), torch.bfloat16, 2, d)),
+         r"out data pointer must be 16-byte aligned.*storage offset 2"),
+]
+
+CASES = {DENSE: DENSE_CASES, PACKED: PACKED_CASES, CONTIG: CONTIG_CASES, DENSE_BF16: DENSE_BF16_CASES,
+         CONTIG_BF16: CONTIG_BF16_CASES}
+SHORT = {DENSE: "dense", PACKED: "packed", CONTIG: "contig", DENSE_BF16: "dense_bf16", CONTIG_BF16: "contig_bf16"}
 
 
 def _params():
@@ -291,7 +333,8 @@ def test_good_inputs_accepted(op, device):
 
 
 # Arguments a device mismatch can be put on, per op.
-TENSOR_ARGS = {DENSE: ("a", "sa", "b", "sb"), PACKED: ("a", "sa", "b", "sb"), CONTIG: ("a", "sa", "b", "sb", "ks")}
+TENSOR_ARGS = {DENSE: ("a", "sa", "b", "sb"), PACKED: ("a", "sa", "b", "sb"), CONTIG: ("a", "sa", "b", "sb", "ks"),
+               DENSE_BF16: ("a", "sa", "b", "sb"), CONTIG_BF16: ("a", "sa", "b", "sb", "ks")}
 
 
 def _device_params():
@@ -315,14 +358,15 @@ def test_device_mismatch_rejected(op, name, out_device, arg_device):
         assert torch.equal(bits(out), before)
 
 
+@pytest.mark.parametrize("op", [CONTIG, CONTIG_BF16])
 @pytest.mark.parametrize("case", [cuda_param(c, id=c.name) for c in CONTIG_CASES if c.needs_data])
-def test_cuda_invalid_device_sizes_leave_out_untouched(case):
+def test_cuda_invalid_device_sizes_leave_out_untouched(case, op):
     """Sizes that only the kernel can read: no error, no host synchronisation, out bitwise as it was."""
-    args = GOOD[CONTIG]("cuda")
+    args = GOOD[op]("cuda")
     args.update(case.change("cuda", args))
     out = args["out"]
     before = bits(out)
-    call(CONTIG, args)
+    call(op, args)
     torch.cuda.synchronize()
     assert torch.equal(bits(out), before)
 
@@ -499,7 +543,7 @@ def _in_out_storage(op, name, device, overlap):
 
     out_bytes = (span(out) + 15) // 16 * 16
     buf = torch.zeros(out_bytes + span(t) + 32, dtype=torch.uint8, device=device)
-    args["out"] = buf.view(torch.float32).as_strided(out.shape, out.stride(), 0)
+    args["out"] = buf.view(out.dtype).as_strided(out.shape, out.stride(), 0)
     args[name] = buf.view(t.dtype).as_strided(t.shape, t.stride(), (16 if overlap else out_bytes) // t.element_size())
     if device != "meta":
         args["out"].copy_(out)

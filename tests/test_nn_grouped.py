@@ -141,6 +141,25 @@ def test_gpu_matches_recipe(case):
     assert rel_frobenius(db.cpu(), db_ref) <= 1e-2
 
 
+@pytest.mark.parametrize("case", range(len(GPU_SPLITS)))
+@gpu
+def test_gpu_bf16_weight_grad_is_the_fp32_gradient_rounded(case):
+    """Without main_grad a bf16 weight's gradient is written in bf16 by the kernel: the fp32 gradient's bits
+    rounded once, zeros for an expert with no tokens."""
+    sizes, in_f, out_f = GPU_SPLITS[case]
+    x, w, _, dy = _data(sizes, in_f, out_f, torch.bfloat16, seed=case)
+    x, w, dy = x.cuda(), w.cuda(), dy.cuda()
+    sizes_t = torch.tensor(sizes, device="cuda")
+    dw = _run(x, w, None, dy, sizes_t)[2]
+    main_grad = torch.zeros(w.shape, device="cuda")
+    _run(x, w, None, dy, sizes_t, main_grad=main_grad)
+    assert dw.dtype == torch.bfloat16
+    assert torch.equal(dw, main_grad.to(torch.bfloat16))
+    for g, size in enumerate(sizes):
+        if size == 0:
+            assert torch.all(dw[g] == 0)
+
+
 @gpu
 def test_gpu_cuda_graph_with_changing_group_sizes():
     torch.manual_seed(0)

@@ -290,6 +290,18 @@ def test_gpu_matches_recipe(case, dtype):
     assert rel_frobenius(db.cpu(), db_ref) <= (1e-2 if dtype == torch.bfloat16 else 1e-5)
 
 
+@pytest.mark.parametrize("case", GPU_CASES)
+@gpu
+def test_gpu_bf16_weight_grad_is_the_fp32_gradient_rounded(case):
+    """Without main_grad a bf16 weight's gradient is written in bf16 by the kernel (dense, or contiguous-K for
+    token counts that are not multiples of 16): the fp32 gradient's bits rounded once."""
+    x, w, b, dy = (t.cuda() for t in _data(*case, torch.bfloat16, seed=sum(case)))
+    dw = _run(x, w, b, dy)[2]
+    main_grad = _run(x, w, b, dy, main_grad=True)[2]
+    assert dw.dtype == torch.bfloat16
+    assert torch.equal(dw, main_grad.to(torch.bfloat16))
+
+
 def test_cpu_weight_padding_keeps_the_product():
     # What fp8_mm hands cuBLAS on CUDA, checked where it can be: K padded to a multiple of 512 (zero codes, unit
     # scales), the scales' row stride then a multiple of 4 blocks, the dequantized operand unchanged.

@@ -1,4 +1,5 @@
-// \brief Host entry of the k-grouped SM90 wgrad GEMM, contiguous-K layout (one persistent launch).
+// \brief Host entries of the k-grouped SM90 wgrad GEMM, contiguous-K layout (one persistent launch; fp32 out
+// accumulated into, or bf16 out written).
 //
 // One descriptor covers [rows, K_total]; the kernel reads the int32 group sizes from device memory,
 // validates them and walks (group, tile) pairs: no host synchronisation, capturable in a CUDA graph.
@@ -8,25 +9,29 @@
 
 namespace wgrad {
 
-void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(
-    const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
-    const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks) {
-  constexpr const char* op = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous";
-  check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, ks);
+namespace {
+
+template <bool kBf16Out>
+void contiguous_gemm(const char* op, const torch::stable::Tensor& a, const torch::stable::Tensor& sa,
+                     const torch::stable::Tensor& b, const torch::stable::Tensor& sb, const torch::stable::Tensor& out,
+                     const torch::stable::Tensor& ks) {
   check_sm90(op, out);
   const int64_t groups = ks.size(0);
   const int64_t m = out.size(1), n = out.size(2), k_total = a.size(1);
-  // K_total == 0: valid sizes are all zero and leave out untouched; invalid ones do too.
-  if (m == 0 || n == 0 || k_total == 0) return;
+  // K_total == 0: valid sizes are all zero and leave an fp32 out untouched; invalid ones do too. A bf16 out
+  // is written with zeros by the kernel (which validates the sizes first) without reading any operand.
+  if (m == 0 || n == 0 || (k_total == 0 && !kBf16Out)) return;
   WGRAD_CHECK(k_total <= INT32_MAX, op, ": K_total must fit TMA's 32-bit coordinates, got ", k_total);
   WGRAD_CHECK(groups <= INT32_MAX, op, ": too many groups: ", groups);
   const DeviceGuard guard(out.get_device_index());
   const int block_n = choose_block_n(m, n, groups, out);
 
-  GemmParamsSm90<GroupMode::Contiguous> p;
-  check_tma_descriptor(op, "a",
-                       make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k_total, a.stride(0), kTmaBoxRowsA));
-  check_tma_descriptor(op, "b", make_operand_desc(&p.tma_b, b.const_data_ptr(), n, k_total, b.stride(0), block_n));
+  GemmParamsSm90<GroupMode::Contiguous, kBf16Out> p;
+  if (k_total > 0) {
+    check_tma_descriptor(op, "a",
+                         make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k_total, a.stride(0), kTmaBoxRowsA));
+    check_tma_descriptor(op, "b", make_operand_desc(&p.tma_b, b.const_data_ptr(), n, k_total, b.stride(0), block_n));
+  }
   set_scale_and_out_descs(op, p, sa, sb, out, block_n);
   p.group_k = ks.const_data_ptr<int>();
   p.a = static_cast<const uint8_t*>(a.const_data_ptr());
@@ -37,6 +42,22 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(
   p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)),
                  static_cast<int>(groups)};
   launch(op, p, block_n, out);
+}
+
+}  // namespace
+
+void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous_cuda(
+    const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
+    const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks) {
+  check_k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, ks);
+  contiguous_gemm<false>("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous", a, sa, b, sb, out, ks);
+}
+
+void k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous_cuda(
+    const torch::stable::Tensor& a, const torch::stable::Tensor& sa, const torch::stable::Tensor& b,
+    const torch::stable::Tensor& sb, const torch::stable::Tensor& out, const torch::stable::Tensor& ks) {
+  check_k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, out, ks);
+  contiguous_gemm<true>("k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous", a, sa, b, sb, out, ks);
 }
 
 }  // namespace wgrad

@@ -11,32 +11,55 @@
 
 namespace wgrad {
 
-// Descriptors of the per-row scales and of out, shared by every mode.
-template <GroupMode kMode>
-void set_scale_and_out_descs(const char* op, GemmParamsSm90<kMode>& p, const torch::stable::Tensor& sa,
+// Descriptors of the per-row scales and of out, shared by every mode: out fp32 (accumulated into) or bf16
+// (written), [M, N] or [G, M, N].
+template <class Params>
+void set_scale_and_out_descs(const char* op, Params& p, const torch::stable::Tensor& sa,
                              const torch::stable::Tensor& sb, const torch::stable::Tensor& out, int block_n) {
   const int64_t d = out.dim();  // 2 (dense) or 3 (k-grouped: [G, M, N])
   const int64_t m = out.size(d - 2), n = out.size(d - 1);
   const int64_t g = d == 3 ? out.size(0) : 1;
-  check_tma_descriptor(op, "sa",
-                       make_scale_desc(&p.tma_sa, sa.const_data_ptr<float>(), m, sa.size(1), sa.stride(1), kBlockM));
-  check_tma_descriptor(op, "sb",
-                       make_scale_desc(&p.tma_sb, sb.const_data_ptr<float>(), n, sb.size(1), sb.stride(1), block_n));
-  // The TMA reduce-add writes whole 16-byte chunks: it covers the columns [0, N & ~3) only and the
-  // kernel's threads add the rest (epilogue_sm90.cuh).
-  WGRAD_CHECK(m <= INT32_MAX && n <= INT32_MAX, op, ": M and N must fit TMA's 32-bit coordinates, got ", m, " and ", n);
-  const int64_t tma_cols = n & ~int64_t{3};
-  if (tma_cols > 0) {
-    check_tma_descriptor(op, "out",
-                         make_out_desc(&p.tma_out, out.mutable_data_ptr<float>(), g, m, tma_cols, out.stride(d - 2),
-                                       d == 3 ? out.stride(0) : 0, block_n));
+  const int64_t ld = out.stride(d - 2), g_stride = d == 3 ? out.stride(0) : 0;
+  if (sa.size(1) > 0) {  // (a bf16 out of K == 0 is written without operands: no scale columns)
+    check_tma_descriptor(op, "sa",
+                         make_scale_desc(&p.tma_sa, sa.const_data_ptr<float>(), m, sa.size(1), sa.stride(1), kBlockM));
+    check_tma_descriptor(op, "sb",
+                         make_scale_desc(&p.tma_sb, sb.const_data_ptr<float>(), n, sb.size(1), sb.stride(1), block_n));
   }
-  p.out = OutView{out.mutable_data_ptr<float>(), m > 1 ? out.stride(d - 2) : 0, g > 1 ? out.stride(0) : 0,
-                  static_cast<int>(m),           static_cast<int>(n),           static_cast<int>(tma_cols)};
+  WGRAD_CHECK(m <= INT32_MAX && n <= INT32_MAX, op, ": M and N must fit TMA's 32-bit coordinates, got ", m, " and ", n);
+  if constexpr (Params::kBf16Out) {
+    // The tensor maps cover whole 16-byte chunks, [0, N & ~7); the kernel's threads store the rest
+    // (epilogue_bf16_sm90.cuh).
+    const int64_t tma_cols = n & ~int64_t{7};
+    void* ptr = out.mutable_data_ptr();
+    if (tma_cols > 0) {
+      check_tma_descriptor(op, "out", make_bf16_out_desc(&p.tma_out, ptr, g, m, tma_cols, ld, g_stride, 64));
+      if (block_n % 128 != 0) {
+        check_tma_descriptor(op, "out", make_bf16_out_desc(&p.tma_out_narrow, ptr, g, m, tma_cols, ld, g_stride, 8));
+      }
+    }
+    p.out_bf16.ptr = static_cast<__nv_bfloat16*>(ptr);
+    p.out_bf16.ld = m > 1 ? ld : 0;
+    p.out_bf16.group_stride = g > 1 ? g_stride : 0;
+    p.out_bf16.n = static_cast<int>(n);
+    p.out_bf16.m = static_cast<int>(m);
+    p.out_bf16.tma_cols = static_cast<int>(tma_cols);
+    p.out_bf16.tma = tma_cols > 0;
+  } else {
+    // The TMA reduce-add writes whole 16-byte chunks: it covers the columns [0, N & ~3) only and the
+    // kernel's threads add the rest (epilogue_sm90.cuh).
+    const int64_t tma_cols = n & ~int64_t{3};
+    if (tma_cols > 0) {
+      check_tma_descriptor(op, "out",
+                           make_out_desc(&p.tma_out, out.mutable_data_ptr<float>(), g, m, tma_cols, ld, g_stride, block_n));
+    }
+    p.out = OutView{out.mutable_data_ptr<float>(), m > 1 ? ld : 0, g > 1 ? g_stride : 0,
+                    static_cast<int>(m),           static_cast<int>(n), static_cast<int>(tma_cols)};
+  }
 }
 
-template <GroupMode kMode>
-void launch(const char* op, GemmParamsSm90<kMode>& p, int block_n, const torch::stable::Tensor& out) {
+template <class Params>
+void launch(const char* op, Params& p, int block_n, const torch::stable::Tensor& out) {
 #ifdef WGRAD_DIAG_VARIANTS
   p.diag = diag_bits();  // measurement build only: the bits drop parts of the work (kernels/common/diag.h)
 #endif

@@ -34,12 +34,15 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_cuda(const torch::stable::Tensor&
   p.k = static_cast<int>(k);
   p.m_total = static_cast<int>(t);
   p.m_groups = static_cast<int>(groups);
-  p.out_bf16 = Bf16OutView{static_cast<__nv_bfloat16*>(out.mutable_data_ptr()), out.stride(0), static_cast<int>(n), 0};
+  p.out_bf16.ptr = static_cast<__nv_bfloat16*>(out.mutable_data_ptr());
+  p.out_bf16.ld = out.stride(0);
+  p.out_bf16.n = p.out_bf16.tma_cols = static_cast<int>(n);
   // Whole tiles go out by TMA where out can be a tensor map (16-byte aligned start and row stride); the
   // kernel's threads store everything otherwise.
   const bool aligned = reinterpret_cast<uintptr_t>(out.mutable_data_ptr()) % kTmaAlignBytes == 0;
   if (aligned && (t == 1 || out.stride(0) % 8 == 0)) {
-    check_tma_descriptor(op, "out", make_bf16_out_desc(&p.tma_out, out.mutable_data_ptr(), t, n, out.stride(0)));
+    check_tma_descriptor(op, "out",
+                         make_bf16_out_desc(&p.tma_out, out.mutable_data_ptr(), 1, t, n, out.stride(0), 0, 64));
     p.out_bf16.tma = 1;
   }
   // The grid's size: about the row tiles there can be (each group adds at most two partial ones to

@@ -12,8 +12,10 @@ from . import nn  # noqa: F401  (FP8 layers)
 from .api import (
     check_group_sizes,
     k_grouped_wgrad_gemm_fp8_fp8_fp32_nt,
+    k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous,
     k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous,
     m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
+    wgrad_gemm_fp8_fp8_bf16_nt,
     wgrad_gemm_fp8_fp8_fp32_nt,
 )
 from .quant import (
@@ -38,6 +40,8 @@ __all__ = [
     "wgrad_gemm_fp8_fp8_fp32_nt",
     "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt",
     "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous",
+    "wgrad_gemm_fp8_fp8_bf16_nt",
+    "k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous",
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
     "per_token_cast_to_fp8",
     "quantize_fp8_1x128_both",

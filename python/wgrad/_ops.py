@@ -16,6 +16,8 @@ _DENSE = "wgrad_gemm_fp8_fp8_fp32_nt"
 _PACKED = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"
 _CONTIG = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous"
 _MGROUPED = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"
+_DENSE_BF16 = "wgrad_gemm_fp8_fp8_bf16_nt"
+_CONTIG_BF16 = "k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous"
 
 
 # ------------------------------------------------------------------ CPU kernels ---------------------
@@ -45,6 +47,25 @@ def _contig_cpu(a, sa, b, sb, out, ks):
     for g, prod in enumerate(reference.k_grouped_contiguous_reference(a, sa, b, sb, sizes)):
         if sizes[g] > 0:
             reference.accumulate_(out[g], prod)
+
+
+def _write_bf16_(out: torch.Tensor, product: torch.Tensor) -> None:
+    """out = product rounded to float32, then to bfloat16: the bits of the fp32 form into zeros, then cast."""
+    out.copy_(product.to(torch.float32).to(torch.bfloat16))
+
+
+@torch.library.register_kernel(f"{_LIB}::{_DENSE_BF16}", "cpu")
+def _dense_bf16_cpu(a, sa, b, sb, out):
+    torch.ops.wgrad._check_wgrad_gemm_fp8_fp8_bf16_nt(a, sa, b, sb, out)
+    if out.numel() > 0:
+        _write_bf16_(out, reference.wgrad_gemm_reference(a, sa, b, sb))
+
+
+@torch.library.register_kernel(f"{_LIB}::{_CONTIG_BF16}", "cpu")
+def _contig_bf16_cpu(a, sa, b, sb, out, ks):
+    torch.ops.wgrad._check_k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, out, ks)
+    for g, prod in enumerate(reference.k_grouped_contiguous_reference(a, sa, b, sb, ks.tolist())):
+        _write_bf16_(out[g], prod)
 
 
 @torch.library.register_kernel(f"{_LIB}::{_MGROUPED}", "cpu")
@@ -92,21 +113,22 @@ def _check_scales(op, name, s, mn, kb):
         _fail(op, f"{name} data pointer must be 16-byte aligned, got storage offset {s.storage_offset()}")
 
 
-def _check_out(op, out, m, n):
-    if out.dtype != torch.float32:
-        _fail(op, f"out must be float32, got {out.dtype}")
+def _check_out(op, out, m, n, dtype=torch.float32):
+    if out.dtype != dtype:
+        _fail(op, f"out must be {str(dtype).replace('torch.', '')}, got {out.dtype}")
     if tuple(out.shape[-2:]) != (m, n):
         _fail(op, f"out must end in [{m}, {n}], got {list(out.shape)}")
     if out.numel() == 0:
         return
     if out.stride(-1) != 1 and n != 1:
         _fail(op, f"out must have stride(-1) == 1, got strides {out.stride()}")
+    multiple = 16 // out.element_size()  # 16 bytes (TMA): 4 float32, 8 bfloat16
     for i in range(out.dim() - 1):
-        if out.stride(i) % 4 != 0 and out.shape[i] != 1:
-            _fail(op, f"out stride({i}) must be a multiple of 4, got {out.stride(i)}")
+        if out.stride(i) % multiple != 0 and out.shape[i] != 1:
+            _fail(op, f"out stride({i}) must be a multiple of {multiple}, got {out.stride(i)}")
     if m != 1 and out.stride(-2) < n:
         _fail(op, f"out row stride must be >= N = {n}, got {out.stride(-2)}")
-    if out.storage_offset() % 4 != 0:
+    if out.storage_offset() % multiple != 0:
         _fail(op, f"out data pointer must be 16-byte aligned, got storage offset {out.storage_offset()}")
 
 
@@ -137,9 +159,7 @@ def _check_out_apart(op, out, **tensors):
                       f"out at bytes [{o_first}, {o_last}) and {name} at bytes [{first}, {last}) of one storage")
 
 
-@torch.library.register_fake(f"{_LIB}::{_DENSE}")
-def _dense_fake(a, sa, b, sb, out):
-    op = _DENSE
+def _dense_checks(op, contiguous_op, dtype, a, sa, b, sb, out):
     for name, t, dims in (("a", a, "M, K"), ("b", b, "N, K"), ("out", out, "M, N")):
         if t.dim() != 2:
             _fail(op, f"{name} must be 2-D [{dims}], got {t.dim()}-D {list(t.shape)}")
@@ -147,15 +167,24 @@ def _dense_fake(a, sa, b, sb, out):
     if b.shape[1] != k:
         _fail(op, f"b must have K = {k} columns like a, got {b.shape[1]}")
     if k % 16 != 0:
-        _fail(op, f"K must be a multiple of 16 (16-byte TMA rows; k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous "
-                  f"takes any K as one group), got {k}")
+        _fail(op, f"K must be a multiple of 16 (16-byte TMA rows; {contiguous_op} takes any K as one group), got {k}")
     _check_devices(op, out, a=a, sa=sa, b=b, sb=sb)
     _check_fp8_operand(op, "a", a, m, k)
     _check_fp8_operand(op, "b", b, n, k)
     _check_scales(op, "sa", sa, m, num_k_blocks(k))
     _check_scales(op, "sb", sb, n, num_k_blocks(k))
-    _check_out(op, out, m, n)
+    _check_out(op, out, m, n, dtype)
     _check_out_apart(op, out, a=a, sa=sa, b=b, sb=sb)
+
+
+@torch.library.register_fake(f"{_LIB}::{_DENSE}")
+def _dense_fake(a, sa, b, sb, out):
+    _dense_checks(_DENSE, _CONTIG, torch.float32, a, sa, b, sb, out)
+
+
+@torch.library.register_fake(f"{_LIB}::{_DENSE_BF16}")
+def _dense_bf16_fake(a, sa, b, sb, out):
+    _dense_checks(_DENSE_BF16, _CONTIG_BF16, torch.bfloat16, a, sa, b, sb, out)
 
 
 def _check_group_size_tensor(op, name, s):
@@ -208,9 +237,7 @@ def _packed_fake(a, sa, b, sb, out, ks: Sequence[int]):
     _check_out_apart(op, out, a=a, sa=sa, b=b, sb=sb)
 
 
-@torch.library.register_fake(f"{_LIB}::{_CONTIG}")
-def _contig_fake(a, sa, b, sb, out, ks):
-    op = _CONTIG
+def _contig_checks(op, dtype, a, sa, b, sb, out, ks):
     groups = _check_group_size_tensor(op, "ks", ks)
     _check_grouped_out(op, out, groups)
     _check_devices(op, out, a=a, sa=sa, b=b, sb=sb, ks=ks)
@@ -227,8 +254,18 @@ def _contig_fake(a, sa, b, sb, out, ks):
         if s.dim() != 2 or s.shape[1] < cap:
             _fail(op, f"{name} must be [{rows}, >= {cap}], got {list(s.shape)}")
         _check_scales(op, name, s, rows, s.shape[1])
-    _check_out(op, out, m, n)
+    _check_out(op, out, m, n, dtype)
     _check_out_apart(op, out, a=a, sa=sa, b=b, sb=sb, ks=ks)
+
+
+@torch.library.register_fake(f"{_LIB}::{_CONTIG}")
+def _contig_fake(a, sa, b, sb, out, ks):
+    _contig_checks(_CONTIG, torch.float32, a, sa, b, sb, out, ks)
+
+
+@torch.library.register_fake(f"{_LIB}::{_CONTIG_BF16}")
+def _contig_bf16_fake(a, sa, b, sb, out, ks):
+    _contig_checks(_CONTIG_BF16, torch.bfloat16, a, sa, b, sb, out, ks)
 
 
 @torch.library.register_fake(f"{_LIB}::{_MGROUPED}")

@@ -123,6 +123,45 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, 
     torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, group_sizes)
 
 
+def wgrad_gemm_fp8_fp8_bf16_nt(lhs: Operand, rhs: Operand, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The weight gradient in bf16, for a model without an fp32 gradient buffer: `out = (a * sa) @ (b * sb)^T`
+    accumulated in fp32 over the whole K and rounded once to bf16 (the bits of `wgrad_gemm_fp8_fp8_fp32_nt`
+    into zeros, then cast, at an eighth of its output traffic), with a [M, K], b [N, K] float8_e4m3fn
+    (K-contiguous) and 1x128 scales sa, sb. K == 0 writes zeros. Returns `out` ([M, N] bfloat16, row stride a
+    multiple of 8; allocated when not given)."""
+    a, sa = lhs
+    b, sb = rhs
+    _check_2d(a, "a", "M, K")
+    _check_2d(b, "b", "N, K")
+    kb = num_k_blocks(a.shape[-1])
+    sa = to_mn_major_scales(sa, a.shape[0], kb, "sa")
+    sb = to_mn_major_scales(sb, b.shape[0], kb, "sb")
+    if out is None:
+        out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
+    torch.ops.wgrad.wgrad_gemm_fp8_fp8_bf16_nt(a, sa, b, sb, out)
+    return out
+
+
+def k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(lhs: Operand, rhs: Operand, group_sizes: torch.Tensor,
+                                                    out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """`k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous` in bf16, written: `out[g] = (a_g * sa_g) @ (b_g *
+    sb_g)^T` accumulated in fp32 and rounded once to bf16; a group with no tokens gets zeros (the gradient of
+    an expert that received none). The operands and `group_sizes` as there (validated by the kernel, which
+    leaves `out` untouched when they break the rules). Returns `out` ([G, M, N] bfloat16, allocated when not
+    given)."""
+    a, sa = lhs
+    b, sb = rhs
+    _check_2d(a, "a", "M, K_total")
+    _check_2d(b, "b", "N, K_total")
+    sa = to_mn_major_scales(sa, a.shape[0], _block_columns(sa, a.shape[0]), "sa")
+    sb = to_mn_major_scales(sb, b.shape[0], _block_columns(sb, b.shape[0]), "sb")
+    if out is None:
+        groups = group_sizes.shape[0] if group_sizes.dim() == 1 else 0
+        out = torch.empty((groups, a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
+    torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, out, group_sizes)
+    return out
+
+
 def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs: Operand, rhs: Operand, group_sizes: torch.Tensor,
                                               out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The expert GEMM of an MoE layer's fprop and dgrad in one launch: for every group g,

@@ -35,16 +35,21 @@ struct PackedGroups {
 };
 struct NoPackedGroups {};
 
-// Plain parameters: pointers, shapes and TMA descriptors built on the host.
-template <GroupMode kMode_>
+// Plain parameters: pointers, shapes and TMA descriptors built on the host. kBf16Out: out is bf16 and
+// written (the m-grouped GEMM; the weight gradient's bf16 form), else fp32 and accumulated into.
+template <GroupMode kMode_, bool kBf16Out_ = kMode_ == GroupMode::MGrouped>
 struct GemmParamsSm90 {
   static constexpr GroupMode kMode = kMode_;
+  static constexpr bool kBf16Out = kBf16Out_;
+  static_assert(kBf16Out_ || kMode_ != GroupMode::MGrouped, "the m-grouped GEMM writes bf16");
   CUtensorMap tma_a;    // fp8 [rows M, K] K-major, box 128 x 128, 128B swizzle (unused: Packed)
   CUtensorMap tma_b;    // fp8 [rows N, K], box 128 x BLOCK_N (unused: Packed); MGrouped: [G, N, K], box 128 x BLOCK_N x 1
   CUtensorMap tma_sa;   // fp32 [M, KB] MN-major, box 128 x 1
   CUtensorMap tma_sb;   // fp32 [N, KB] MN-major, box BLOCK_N x 1 (unused: MGrouped)
   CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1, reduce-add (unused when N < 4);
-                        // MGrouped: bf16 [T, N], box 64 x 64, 128B swizzle (when out_bf16.tma)
+                        // bf16 out: [G, M, N & ~7] ([1, T, N]: MGrouped), box 64 x 64 x 1, 128B swizzle
+                        // (when out_bf16.tma)
+  CUtensorMap tma_out_narrow;  // bf16 out at BLOCK_N 144 / 160: the same, box 8 x 64 x 1, no swizzle
   std::conditional_t<kMode_ == GroupMode::Packed, PackedGroups, NoPackedGroups> packed;
   const int* group_k = nullptr;        // Contiguous: the user's int32 sizes; MGrouped: the rows of each group
   const uint8_t* a = nullptr;          // Contiguous: the operands and their row strides (bytes), for
@@ -55,7 +60,7 @@ struct GemmParamsSm90 {
   int m_groups = 0;                    // MGrouped: G (the scheduler holds only a bound on the tiles)
   PersistentTileScheduler scheduler{};
   OutView out;  // out itself, for the columns past N & ~3 that the TMA store leaves to the threads
-  Bf16OutView out_bf16;  // MGrouped: out
+  Bf16OutView out_bf16;  // bf16 out
   BlockScalesView sb_blocks;  // MGrouped: b's 128x128 block scales
 #ifdef WGRAD_DIAG_VARIANTS
   int diag = 0;  // measurement build only: bits kDiag* of kernels/common/diag.h (WGRAD_DIAG)
@@ -74,21 +79,19 @@ constexpr uint32_t kConsumerRegisters = kMode == GroupMode::MGrouped ? 232 : 224
 constexpr int kNumThreads = 384;
 constexpr int kClusterSize = PersistentTileScheduler::kClusterN;
 
-template <int kBlockN, int kStages, GroupMode kMode>
+template <int kBlockN, int kStages, GroupMode kMode, bool kBf16Out>
 struct SharedStorageSm90 {
   typename MainloopSm90<kBlockN, kStages>::SharedStorage mainloop;
   typename EpilogueSm90<kBlockN>::SharedStorage epilogue;
 };
-// The m-grouped GEMM: the bf16 epilogue's staging buffer (tile_config.h: kMGroupedStages), and the mainloop
-// without B's scale rows.
-template <int kBlockN, int kStages>
-struct SharedStorageSm90<kBlockN, kStages, GroupMode::MGrouped> {
+// A bf16 out: the bf16 epilogue's staging buffer (the whole tile, as many bytes as the fp32 epilogue's half
+// tile), first for its 1024-byte alignment. The m-grouped GEMM's mainloop has no B scale rows
+// (tile_config.h: kMGroupedStages).
+template <int kBlockN, int kStages, GroupMode kMode>
+struct SharedStorageSm90<kBlockN, kStages, kMode, true> {
   typename EpilogueBf16Sm90<kBlockN>::SharedStorage epilogue;
-  typename MainloopSm90<kBlockN, kStages, true>::SharedStorage mainloop;
+  typename MainloopSm90<kBlockN, kStages, kMode == GroupMode::MGrouped>::SharedStorage mainloop;
 };
-
-template <GroupMode kMode>
-constexpr bool kReduceAddEpilogue = kMode != GroupMode::MGrouped;
 
 // Contiguous-K sizes are only on the device: every CTA validates them (each >= 0, sum equal to
 // K_total) before touching anything, and all CTAs reach the same verdict. Invalid sizes leave `out`
@@ -203,7 +206,7 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   using namespace cute;
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  auto& smem = *reinterpret_cast<SharedStorageSm90<kBlockN, kStages, Params::kMode>*>(smem_raw);
+  auto& smem = *reinterpret_cast<SharedStorageSm90<kBlockN, kStages, Params::kMode, Params::kBf16Out>*>(smem_raw);
 
   if (!group_sizes_valid(p)) return;
   int total_tiles = 0;
@@ -223,10 +226,11 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   if (threadIdx.x == 0) {
     prefetch_tma_descriptor(&p.tma_sa);
     if constexpr (Params::kMode != GroupMode::MGrouped) prefetch_tma_descriptor(&p.tma_sb);
-    if constexpr (kReduceAddEpilogue<Params::kMode>) {
+    if constexpr (!Params::kBf16Out) {
       prefetch_tma_descriptor(&p.tma_out);
-    } else {
-      if (p.out_bf16.tma) prefetch_tma_descriptor(&p.tma_out);
+    } else if (p.out_bf16.tma) {
+      prefetch_tma_descriptor(&p.tma_out);
+      if (EpilogueBf16Sm90<kBlockN>::kNarrowBoxes > 0) prefetch_tma_descriptor(&p.tma_out_narrow);
     }
     if constexpr (Params::kMode != GroupMode::Packed) {
       prefetch_tma_descriptor(&p.tma_a);
@@ -253,12 +257,13 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   const int rank = static_cast<int>(cute::block_rank_in_cluster());
   int cluster_id = blockIdx.x / kClusterSize;
   // Held in registers across the warpgroups' register reconfiguration (setmaxnreg), the tile count and
-  // the first tile went to local memory in the m-grouped kernel: each role reads them afresh after it.
+  // the first tile went to local memory (the m-grouped kernel; the contiguous-K one with a bf16 out): each
+  // role reads them afresh after it.
   auto refresh = [&] {
     if constexpr (Params::kMode == GroupMode::MGrouped) {
       total_tiles = *static_cast<volatile int*>(&m_grouped_tile_count);
-      cluster_id = static_cast<int>(blockIdx.x) / kClusterSize;
     }
+    cluster_id = static_cast<int>(blockIdx.x) / kClusterSize;
   };
   const int num_clusters = gridDim.x / kClusterSize;
 
@@ -296,7 +301,8 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
                                         acc, scratch, consumer_tid);
         using EpilogueBf16 = EpilogueBf16Sm90<kBlockN>;
         if (EpilogueBf16::whole_tile(p.out_bf16, w)) {  // the same for the whole CTA
-          EpilogueBf16::store_staged(&p.tma_out, p.out_bf16, smem.epilogue, acc, w, consumer_tid);
+          EpilogueBf16::store_staged(Bf16OutMaps{&p.tma_out, &p.tma_out_narrow}, p.out_bf16, smem.epilogue, acc, w.m0,
+                                     w.coord.n_block, 0, consumer_tid);
         } else {
           EpilogueBf16::store(p.out_bf16, acc, w, consumer_tid);
         }
@@ -309,12 +315,26 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
       const int diag = diag_of(p);
       for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
         const WorkTile w = next_work(p, walker, tile, rank);
-        if (w.num_k_blocks == 0) continue;  // an empty group: out[g] stays as it is
+        // An empty group: an fp32 out[g] stays as it is, a bf16 one is written with zeros (mma_tile clears acc
+        // and waits for no stage).
+        if (!Params::kBf16Out && w.num_k_blocks == 0) continue;
         Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid, diag);
         if (diag & kDiagNoEpilogue) continue;
-        Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid, diag);
+        const TileCoord c = out_coord(p, w.coord);
+        if constexpr (Params::kBf16Out) {
+          using EpilogueBf16 = EpilogueBf16Sm90<kBlockN>;
+          EpilogueBf16::store_staged(Bf16OutMaps{&p.tma_out, &p.tma_out_narrow}, p.out_bf16, smem.epilogue, acc,
+                                     c.m_block * kBlockM, c.n_block, c.group, consumer_tid);
+          EpilogueBf16::store_ragged_edge(p.out_bf16, acc, c.m_block * kBlockM, c.n_block, c.group, consumer_tid);
+        } else {
+          Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, c, consumer_tid, diag);
+        }
       }
-      Epilogue::drain(consumer_tid);
+      if constexpr (Params::kBf16Out) {
+        EpilogueBf16Sm90<kBlockN>::drain(consumer_tid);
+      } else {
+        Epilogue::drain(consumer_tid);
+      }
     }
   }
   // No CTA leaves while a peer may still multicast into its smem or signal its barriers.

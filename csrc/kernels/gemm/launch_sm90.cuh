@@ -63,14 +63,17 @@ inline std::string make_grouped_operand_desc(CUtensorMap* desc, const void* ptr,
                                CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// bf16 [rows, n] with row stride ld (elements, a multiple of 8 unless rows == 1); box 64 x 64, 128B swizzle
-// (the m-grouped GEMM's out).
-inline std::string make_bf16_out_desc(CUtensorMap* desc, void* ptr, int64_t rows, int64_t n, int64_t ld) {
-  const uint64_t dims[2] = {static_cast<uint64_t>(n), static_cast<uint64_t>(rows)};
-  const uint64_t strides[1] = {static_cast<uint64_t>((rows > 1 ? ld : align_up(n, 8)) * 2)};
-  const uint32_t box[2] = {64, static_cast<uint32_t>(kEpilogueSliceRows)};
-  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr, dims, strides, box,
-                               CU_TENSOR_MAP_SWIZZLE_128B);
+// bf16 [g, rows, n] with row stride ld and group stride g_stride (elements, multiples of 8 where followed);
+// box box_cols x 64 x 1: 64 columns in the 128B swizzle, or 8 columns without (epilogue_bf16_sm90.cuh).
+inline std::string make_bf16_out_desc(CUtensorMap* desc, void* ptr, int64_t g, int64_t rows, int64_t n, int64_t ld,
+                                      int64_t g_stride, int box_cols) {
+  const int64_t row_stride = rows > 1 ? ld : align_up(n, 8);
+  const int64_t group_stride = g > 1 ? g_stride : row_stride * rows;
+  const uint64_t dims[3] = {static_cast<uint64_t>(n), static_cast<uint64_t>(rows), static_cast<uint64_t>(g)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(row_stride * 2), static_cast<uint64_t>(group_stride * 2)};
+  const uint32_t box[3] = {static_cast<uint32_t>(box_cols), static_cast<uint32_t>(kEpilogueSliceRows), 1};
+  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, ptr, dims, strides, box,
+                               box_cols * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // Rows of A one CTA loads per stage: half the tile, multicast to both CTAs of its cluster.
@@ -80,12 +83,13 @@ constexpr int kTmaBoxRowsA = kBlockM / kClusterN;
 // (PackedGroups) are sized to fit.
 static_assert(sizeof(GemmParamsSm90<GroupMode::Packed>) <= 32764, "kernel parameters exceed CUDA's 32764-byte limit");
 
-template <int kBlockN, GroupMode kMode>
-cudaError_t launch_gemm_sm90_bn(const GemmParamsSm90<kMode>& p, int num_sms, cudaStream_t stream) {
+template <int kBlockN, class Params>
+cudaError_t launch_gemm_sm90_bn(const Params& p, int num_sms, cudaStream_t stream) {
+  constexpr GroupMode kMode = Params::kMode;
   constexpr int kStages = kMode == GroupMode::MGrouped ? kMGroupedStages : stages_for(kBlockN);
   static_assert(kStages >= 3, "a config must fit at least 3 pipeline stages in shared memory");
-  auto kernel = &wgrad_gemm_kernel_sm90<kBlockN, kStages, GemmParamsSm90<kMode>>;
-  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorageSm90<kBlockN, kStages, kMode>));
+  auto kernel = &wgrad_gemm_kernel_sm90<kBlockN, kStages, Params>;
+  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorageSm90<kBlockN, kStages, kMode, Params::kBf16Out>));
   static_assert(smem_bytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
@@ -125,9 +129,9 @@ cudaError_t launch_gemm_sm90_bn(const GemmParamsSm90<kMode>& p, int num_sms, cud
 }
 
 // Launches the kernel instance of `block_n` (one of kBlockNCandidates; kMGroupedBlockN for the m-grouped GEMM).
-template <GroupMode kMode>
-cudaError_t launch_gemm_sm90(const GemmParamsSm90<kMode>& p, int block_n, int num_sms, cudaStream_t stream) {
-  if constexpr (kMode == GroupMode::MGrouped) {
+template <class Params>
+cudaError_t launch_gemm_sm90(const Params& p, int block_n, int num_sms, cudaStream_t stream) {
+  if constexpr (Params::kMode == GroupMode::MGrouped) {
     return block_n == kMGroupedBlockN ? launch_gemm_sm90_bn<kMGroupedBlockN>(p, num_sms, stream) : cudaErrorInvalidValue;
   } else {
     switch (block_n) {

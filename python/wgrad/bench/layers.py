@@ -224,6 +224,7 @@ def bench_dense(in_f: int, out_f: int, tokens: int, reps: int, flush: torch.Tens
         "dy cast": lambda: quant.quantize_fp8_1x128_both(dy),
         "dgrad": lambda: _recipe.fp8_mm(dy_q, dy_s, w_q_t, w_s_t, torch.bfloat16),
         "wgrad": lambda: _recipe.accumulate_wgrad(dy_q_t, dy_s_t, x_q_t, x_s_t, grad),
+        "wgrad bf16": lambda: _recipe.wgrad(dy_q_t, dy_s_t, x_q_t, x_s_t, torch.bfloat16),
     }, reps, flush))
     copy_ms, copy_bytes = _copy_ms(4 * w.numel(), flush, reps)
     # bf16 read, two e4m3 copies written, two fp32 scale tables written
@@ -268,6 +269,7 @@ def bench_grouped(experts: int, in_f: int, out_f: int, tokens: int, reps: int, f
     x_q_t, x_s_t, padded = quant.quantize_fp8_1x128_colwise_segments_padded(xd, sizes, pad=32)
     dy_q_t, dy_s_t, _ = quant.quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=32)
     grad = torch.zeros(w.shape, device="cuda")
+    grad_bf16 = torch.empty(w.shape, device="cuda", dtype=torch.bfloat16)
     steps = _gpu_ms(time_interleaved({
         "weight cast": lambda: _recipe.grouped_weight_operands(w),
         "x casts": lambda: (quant.quantize_fp8_1x128_rowwise(xd),
@@ -278,6 +280,8 @@ def bench_grouped(experts: int, in_f: int, out_f: int, tokens: int, reps: int, f
         "dgrad": lambda: _recipe.m_grouped_mm(dy_q, dy_s, w_q_t, w_s_t, sizes, torch.bfloat16),
         "wgrad": lambda: torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_q_t, dy_s_t, x_q_t,
                                                                                          x_s_t, grad, padded),
+        "wgrad bf16": lambda: torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(
+            dy_q_t, dy_s_t, x_q_t, x_s_t, grad_bf16, padded),
     }, reps, flush))
     saved = x_q_t.untyped_storage().nbytes() + x_s_t.untyped_storage().nbytes()
     return LayerRow("grouped", f"{experts} x {in_f}->{out_f} x {tokens}", times["ours"].gpu_ms,

@@ -4,7 +4,8 @@ bf16 (or fp16 / fp32) output for fprop and dgrad, and the weight-gradient accumu
 Recipe (DeepSeek-V3): activations and output gradients in 1x128 blocks along the reduced dimension, weights
 in 128x128 blocks. Dense fprop `y = x W^T` and dgrad `dX = dY W` run on cuBLAS through `torch._scaled_mm` (on
 wgrad's m-grouped kernel with one group where cuBLAS would need padded copies, see `fp8_mm`), the experts' on
-wgrad's m-grouped kernel; wgrad `dW = dY^T x` runs on wgrad's own kernels and accumulates in fp32.
+wgrad's m-grouped kernel; wgrad `dW = dY^T x` runs on wgrad's own kernels and accumulates in fp32 (into
+`main_grad`, or written in bf16 for a bf16 weight's fresh gradient).
 """
 
 from __future__ import annotations
@@ -241,6 +242,27 @@ def accumulate_wgrad(dy_t: torch.Tensor, s_dy: torch.Tensor, x_t: torch.Tensor, 
         sizes = torch.full((1,), tokens, dtype=torch.int32, device=dy_t.device)
         torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_t, s_dy, x_t, s_x, out.unsqueeze(0),
                                                                          sizes)
+
+
+def wgrad(dy_t: torch.Tensor, s_dy: torch.Tensor, x_t: torch.Tensor, s_x: torch.Tensor,
+          dtype: torch.dtype) -> torch.Tensor:
+    """A fresh `dy^T x` [N_out, N_in] in `dtype` (the weight's: autograd's gradient) from the column-wise casts.
+    bf16: written in bf16 by the kernel, rounded once from its fp32 accumulation (the bits of the fp32 result
+    cast, without an fp32 buffer to fill, add into and cast); any other dtype: accumulated into fp32 zeros
+    (`accumulate_wgrad`), returned as they are (autograd casts them to the weight's dtype)."""
+    shape = (dy_t.shape[0], x_t.shape[0])
+    if dtype != torch.bfloat16:
+        dw = torch.zeros(shape, dtype=torch.float32, device=dy_t.device)
+        accumulate_wgrad(dy_t, s_dy, x_t, s_x, dw)
+        return dw
+    dw = torch.empty(shape, dtype=torch.bfloat16, device=dy_t.device)
+    tokens = dy_t.shape[1]
+    if tokens % 16 == 0:  # (0 included: the kernel writes zeros)
+        torch.ops.wgrad.wgrad_gemm_fp8_fp8_bf16_nt(dy_t, s_dy, x_t, s_x, dw)
+    else:
+        sizes = torch.full((1,), tokens, dtype=torch.int32, device=dy_t.device)
+        torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(dy_t, s_dy, x_t, s_x, dw.unsqueeze(0), sizes)
+    return dw
 
 
 def mark_added_to_main_grad(weight: torch.Tensor) -> None:

@@ -10,14 +10,15 @@ Dense (`fp8_linear`), per call with T tokens:
 - backward: dY cast once into both layouts; `dX = dY W` like fprop; `dW = dY^T x` by wgrad's
   kernel, accumulated in fp32 into `weight.main_grad` when the weight has one (Megatron: then
   `weight.grad_added_to_main_grad = True` and the weight's gradient is None), else returned as the weight's
-  gradient like `nn.Linear`'s. Only the GEMMs whose inputs need a gradient run.
+  gradient like `nn.Linear`'s (a bf16 weight's written in bf16 by the kernel, rounded once from its fp32
+  accumulation). Only the GEMMs whose inputs need a gradient run.
 
 Grouped (`fp8_grouped_linear`, MoE experts): x [T, in] holds the tokens grouped by expert, `group_sizes` [G]
 their counts on x's device (any counts, 0 included). fprop and dgrad run in FP8 on wgrad's m-grouped kernel
 (x and dY row-wise in 1x128 blocks, the experts' weights in 128x128 blocks, cast once per weight version;
 bf16 out); wgrad through the padded segments cast and the contiguous-K k-grouped kernel, accumulated in
-fp32 into `weight.main_grad` [G, out, in] (or returned); an expert with no tokens leaves its gradient
-untouched. No host synchronisation anywhere: sizes on the GPU are validated on the GPU (the kernels, and
+fp32 into `weight.main_grad` [G, out, in], where an expert with no tokens leaves its gradient untouched (or
+returned: a bf16 weight's written in bf16 by the kernel, zeros for an expert with no tokens). No host synchronisation anywhere: sizes on the GPU are validated on the GPU (the kernels, and
 `torch._assert_async`: a device-side assertion, as PyTorch's own index checks), and the whole forward and
 backward can be captured in a CUDA graph.
 
@@ -54,6 +55,7 @@ def _remember_weight(ctx, x: torch.Tensor, weight: torch.Tensor, main_grad: Opti
     ctx.x_dtype = x.dtype
     ctx.weight = weight if main_grad is not None else None
     ctx.weight_shape = tuple(weight.shape)
+    ctx.weight_dtype = weight.dtype
     ctx.main_grad = main_grad
 
 
@@ -93,8 +95,7 @@ class _Fp8Linear(torch.autograd.Function):
                 _recipe.accumulate_wgrad(dy_q_t, dy_s_t, x_q_t, x_s_t, ctx.main_grad)
                 _recipe.mark_added_to_main_grad(ctx.weight)
             else:
-                dw = torch.zeros(ctx.weight_shape, dtype=torch.float32, device=dy.device)
-                _recipe.accumulate_wgrad(dy_q_t, dy_s_t, x_q_t, x_s_t, dw)
+                dw = _recipe.wgrad(dy_q_t, dy_s_t, x_q_t, x_s_t, ctx.weight_dtype)
         db = dy.sum(0) if need_bgrad else None
         return dx, dw, db, None
 
@@ -186,13 +187,20 @@ class _Fp8GroupedLinear(torch.autograd.Function):
         dw = None
         if need_wgrad:
             dy_q_t, dy_s_t, _ = quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=GROUPED_PAD)
-            target = ctx.main_grad
-            if target is None:
-                dw = target = torch.zeros(ctx.weight_shape, dtype=torch.float32, device=dy.device)
-            torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_q_t, dy_s_t, x_q_t, x_s_t, target,
-                                                                             padded)
             if ctx.main_grad is not None:
+                torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_q_t, dy_s_t, x_q_t, x_s_t,
+                                                                                 ctx.main_grad, padded)
                 _recipe.mark_added_to_main_grad(ctx.weight)
+            elif ctx.weight_dtype == torch.bfloat16:
+                # Written in bf16 by the kernel (an expert with no tokens gets zeros): no fp32 buffer to fill,
+                # add into and cast.
+                dw = torch.empty(ctx.weight_shape, dtype=torch.bfloat16, device=dy.device)
+                torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(dy_q_t, dy_s_t, x_q_t, x_s_t, dw,
+                                                                                 padded)
+            else:
+                dw = torch.zeros(ctx.weight_shape, dtype=torch.float32, device=dy.device)
+                torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_q_t, dy_s_t, x_q_t, x_s_t, dw,
+                                                                                 padded)
         db = None
         if need_bgrad:
             groups = ctx.weight_shape[0]
