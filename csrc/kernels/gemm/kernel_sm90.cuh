@@ -49,7 +49,6 @@ struct GemmParamsSm90 {
   CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1, reduce-add (unused when N < 4);
                         // bf16 out: [G, M, N & ~7] ([1, T, N]: MGrouped), box 64 x 64 x 1, 128B swizzle
                         // (when out_bf16.tma)
-  CUtensorMap tma_out_narrow;  // bf16 out at BLOCK_N 144 / 160: the same, box 8 x 64 x 1, no swizzle
   std::conditional_t<kMode_ == GroupMode::Packed, PackedGroups, NoPackedGroups> packed;
   const int* group_k = nullptr;        // Contiguous: the user's int32 sizes; MGrouped: the rows of each group
   const uint8_t* a = nullptr;          // Contiguous: the operands and their row strides (bytes), for
@@ -65,6 +64,7 @@ struct GemmParamsSm90 {
 #ifdef WGRAD_DIAG_VARIANTS
   int diag = 0;  // measurement build only: bits kDiag* of kernels/common/diag.h (WGRAD_DIAG)
 #endif
+  CUtensorMap tma_out_narrow;  // bf16 out at BLOCK_N 144 / 160: as tma_out, box 8 x 64 x 1, no swizzle
 };
 
 // Register budgets (setmaxnreg): 56 x 128 + 224 x 256 = 64512 <= 65536 registers of an SM. The
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
     if constexpr (Params::kMode == GroupMode::MGrouped) {
       total_tiles = *static_cast<volatile int*>(&m_grouped_tile_count);
     }
-    cluster_id = static_cast<int>(blockIdx.x) / kClusterSize;
+    if constexpr (Params::kBf16Out) cluster_id = static_cast<int>(blockIdx.x) / kClusterSize;
   };
   const int num_clusters = gridDim.x / kClusterSize;
 
@@ -320,14 +320,14 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
         if (!Params::kBf16Out && w.num_k_blocks == 0) continue;
         Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid, diag);
         if (diag & kDiagNoEpilogue) continue;
-        const TileCoord c = out_coord(p, w.coord);
         if constexpr (Params::kBf16Out) {
           using EpilogueBf16 = EpilogueBf16Sm90<kBlockN>;
+          const TileCoord c = out_coord(p, w.coord);
           EpilogueBf16::store_staged(Bf16OutMaps{&p.tma_out, &p.tma_out_narrow}, p.out_bf16, smem.epilogue, acc,
                                      c.m_block * kBlockM, c.n_block, c.group, consumer_tid);
           EpilogueBf16::store_ragged_edge(p.out_bf16, acc, c.m_block * kBlockM, c.n_block, c.group, consumer_tid);
         } else {
-          Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, c, consumer_tid, diag);
+          Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid, diag);
         }
       }
       if constexpr (Params::kBf16Out) {
