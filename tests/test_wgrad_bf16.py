@@ -125,15 +125,20 @@ GPU_SHAPES = [(1, 1, 16), (33, 100, 144), (129, 255, 1008), (255, 1000, 4096), (
               (7168, 2112, 4096), (4097, 129, 128)]
 
 
-@pytest.mark.parametrize("m, n, k", [pytest.param(*s, marks=GPU_MARKS) for s in GPU_SHAPES])
-def test_gpu_dense_bitwise_the_fp32_kernel_cast(m, n, k):
+def _gpu_dense_window(m, n, k, seed):
     """Only the window of a poisoned buffer is written, with the fp32 kernel's bits rounded to bf16."""
-    op = make_dense(m, n, k, device="cuda", seed=m + k)
+    op = make_dense(m, n, k, device="cuda", seed=seed)
     buf, out, mask = poisoned_bf16_out((m, n), "cuda")
     before = bits(buf)
     DENSE_BF16(*op.args(), out)
     assert torch.equal(bits(buf)[~mask], before[~mask]), "wrote outside the out window"
     assert torch.equal(bits(out), bits(fp32_then_cast_dense(op)))
+    return op, out
+
+
+@pytest.mark.parametrize("m, n, k", [pytest.param(*s, marks=GPU_MARKS) for s in GPU_SHAPES])
+def test_gpu_dense_bitwise_the_fp32_kernel_cast(m, n, k):
+    op, out = _gpu_dense_window(m, n, k, seed=m + k)
     assert rel_frobenius(out, reference.wgrad_gemm_reference(*op.args())) <= BF16_REL_TOL
 
 
@@ -144,12 +149,7 @@ def test_gpu_dense_every_tile_width(monkeypatch, block_n, m, n, k):
     """Every kernel instance (the 64-column swizzled boxes and, at 144 / 160, the 8-column ones) and the
     ragged right edge (N % 8 != 0)."""
     monkeypatch.setenv("WGRAD_BLOCK_N", str(block_n))
-    op = make_dense(m, n, k, device="cuda", seed=block_n + m)
-    buf, out, mask = poisoned_bf16_out((m, n), "cuda")
-    before = bits(buf)
-    DENSE_BF16(*op.args(), out)
-    assert torch.equal(bits(buf)[~mask], before[~mask]), "wrote outside the out window"
-    assert torch.equal(bits(out), bits(fp32_then_cast_dense(op)))
+    _gpu_dense_window(m, n, k, seed=block_n + m)
 
 
 @pytest.mark.parametrize("m, n", [pytest.param(m, n, marks=GPU_MARKS) for m, n in [(1, 1), (33, 129), (4097, 255)]])

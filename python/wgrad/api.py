@@ -45,17 +45,21 @@ def _check_grouped_out(out: torch.Tensor) -> None:
         raise ValueError(f"out must be 3-D [G, M, N], got {out.dim()}-D shape {list(out.shape)}")
 
 
-def wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.Tensor,
-                               c: Optional[torch.Tensor] = None) -> None:
-    """out += (a * sa) @ (b * sb)^T in fp32, with a [M, K], b [N, K] float8_e4m3fn (K-contiguous) and 1x128
-    scales sa, sb. `c`, if given, is copied into out first (DeepGEMM's `d = c + a @ b^T`)."""
+def _dense_operands(lhs: Operand, rhs: Operand) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """a, sa, b, sb of a dense call, the scales in the MN-major layout."""
     a, sa = lhs
     b, sb = rhs
     _check_2d(a, "a", "M, K")
     _check_2d(b, "b", "N, K")
     kb = num_k_blocks(a.shape[-1])
-    sa = to_mn_major_scales(sa, a.shape[0], kb, "sa")
-    sb = to_mn_major_scales(sb, b.shape[0], kb, "sb")
+    return a, to_mn_major_scales(sa, a.shape[0], kb, "sa"), b, to_mn_major_scales(sb, b.shape[0], kb, "sb")
+
+
+def wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.Tensor,
+                               c: Optional[torch.Tensor] = None) -> None:
+    """out += (a * sa) @ (b * sb)^T in fp32, with a [M, K], b [N, K] float8_e4m3fn (K-contiguous) and 1x128
+    scales sa, sb. `c`, if given, is copied into out first (DeepGEMM's `d = c + a @ b^T`)."""
+    a, sa, b, sb = _dense_operands(lhs, rhs)
     _accumulate_into(out, c, lambda: _ops._dense_fake(a, sa, b, sb, out))
     torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt(a, sa, b, sb, out)
 
@@ -126,16 +130,11 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, 
 def wgrad_gemm_fp8_fp8_bf16_nt(lhs: Operand, rhs: Operand, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The weight gradient in bf16, for a model without an fp32 gradient buffer: `out = (a * sa) @ (b * sb)^T`
     accumulated in fp32 over the whole K and rounded once to bf16 (the bits of `wgrad_gemm_fp8_fp8_fp32_nt`
-    into zeros, then cast, at an eighth of its output traffic), with a [M, K], b [N, K] float8_e4m3fn
-    (K-contiguous) and 1x128 scales sa, sb. K == 0 writes zeros. Returns `out` ([M, N] bfloat16, row stride a
-    multiple of 8; allocated when not given)."""
-    a, sa = lhs
-    b, sb = rhs
-    _check_2d(a, "a", "M, K")
-    _check_2d(b, "b", "N, K")
-    kb = num_k_blocks(a.shape[-1])
-    sa = to_mn_major_scales(sa, a.shape[0], kb, "sa")
-    sb = to_mn_major_scales(sb, b.shape[0], kb, "sb")
+    into zeros, then cast, for 2 bytes of output traffic per element against the 18 of the zero fill, the
+    reduce-add and the cast), with a [M, K], b [N, K] float8_e4m3fn (K-contiguous) and 1x128 scales sa, sb.
+    K == 0 writes zeros. Returns `out` ([M, N] bfloat16, row stride a multiple of 8; allocated when not
+    given)."""
+    a, sa, b, sb = _dense_operands(lhs, rhs)
     if out is None:
         out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
     torch.ops.wgrad.wgrad_gemm_fp8_fp8_bf16_nt(a, sa, b, sb, out)
