@@ -10,6 +10,7 @@
 #include "common/device.h"
 #include "common/tma.h"
 #include "kernels/common/layout.h"
+#include "kernels/common/dynamic_smem.h"
 #include "kernels/common/tma_descriptor.h"
 #include "kernels/gemm/tile_config.h"
 #include "kernels/quant/colwise_kernel_sm90.cuh"
@@ -63,7 +64,7 @@ void launch_colwise_sm90(Kernel kernel, int64_t grid, const quant::ColwiseSm90Pa
   static_assert(sizeof(typename Cfg::SharedStorage) <= kSmemBudgetBytes,
                 "shared storage exceeds the budget of tile_config.h");
   constexpr int kSmemBytes = static_cast<int>(sizeof(typename Cfg::SharedStorage));
-  WGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  WGRAD_CUDA_CHECK(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemBytes));
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, kSmemBytes, stream>>>(params);
   WGRAD_KERNEL_LAUNCH_CHECK();
 }

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "checks.h"
+#include "kernels/common/dynamic_smem.h"
 #include "kernels/quant/segment_order.h"
 #include "kernels/quant/segment_table.cuh"
 #include "kernels/quant/segments_carry.cuh"
@@ -84,7 +85,7 @@ void launch_segments_carry(const torch::stable::Tensor& x, const quant::Quantize
   using Cfg = quant::SegmentsCarryConfig;
   auto kernel = &quant::quantize_fp8_1x128_segments_carry_kernel<T>;
   const int smem_bytes = Cfg::smem_bytes(segments.num_row_blocks);
-  WGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  WGRAD_CUDA_CHECK(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem_bytes));
   // Every CTA of the grid is resident at once (none waits for another to finish), without asking the driver:
   // the launch bounds keep the registers within 65536 / (kThreads * kCtasPerSm), and kCtasPerSm CTAs of the
   // largest table's shared memory, plus the 1 KB the SM reserves per CTA, fit in an SM90 SM's 228 KB.

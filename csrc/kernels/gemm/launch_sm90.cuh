@@ -12,6 +12,7 @@
 #include "kernels/gemm/kernel_sm90.cuh"
 #include "kernels/common/layout.h"
 #include "kernels/gemm/tile_config.h"
+#include "kernels/common/dynamic_smem.h"
 #include "kernels/common/tma_descriptor.h"
 
 namespace wgrad {
@@ -91,7 +92,7 @@ cudaError_t launch_gemm_sm90_bn(const Params& p, int num_sms, cudaStream_t strea
   auto kernel = &wgrad_gemm_kernel_sm90<kBlockN, kStages, Params>;
   constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorageSm90<kBlockN, kStages, kMode, Params::kBf16Out>));
   static_assert(smem_bytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem_bytes);
   if (err != cudaSuccess) return err;
 
   cudaLaunchConfig_t config = {};
