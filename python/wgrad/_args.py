@@ -5,6 +5,7 @@ something else (`int(128.9)` is 128, `int(True)` is 1, an int64 2^32 + 100 cast 
 from __future__ import annotations
 
 import operator
+from typing import List
 
 import torch
 
@@ -20,6 +21,16 @@ def as_int(value, name: str, expected: str = "an integer") -> int:
         except TypeError:
             pass
     raise ValueError(f"{name} must be {expected}, got {value!r} ({type(value).__name__})")
+
+
+def as_ints(values, name: str) -> List[int]:
+    """`[as_int(v, f"{name}[i]") for i, v in enumerate(values)]`: a list of plain ints passes as it is (no name
+    is formatted per element: a call with 64 group sizes stays a few microseconds); anything else goes element
+    by element, the first non-integer named."""
+    values = list(values)
+    if all(type(v) is int for v in values):  # (bool is not int here: type(True) is bool)
+        return values
+    return [as_int(v, f"{name}[{i}]") for i, v in enumerate(values)]
 
 
 def check_int32(value: int, name: str) -> None:

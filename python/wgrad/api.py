@@ -13,8 +13,8 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import torch
 
 from . import _ops
-from ._args import as_int
-from .scales import num_k_blocks, to_mn_major_scales
+from ._args import as_int, as_ints
+from .scales import SCALE_BLOCK_K, num_k_blocks, to_mn_major_scales
 
 Operand = Tuple[torch.Tensor, torch.Tensor]
 
@@ -73,11 +73,11 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.
     K_g == 0 leaves out[g] untouched."""
     a, sa = lhs
     b, sb = rhs
-    ks = [as_int(k, f"batch_sizes[{g}]") for g, k in enumerate(batch_sizes)]
+    ks = as_ints(batch_sizes, "batch_sizes")
     _check_grouped_out(out)
     m, n = out.shape[-2], out.shape[-1]
     # (A negative K_g counts no block here; the op's check names it.)
-    kb = sum(num_k_blocks(k) for k in ks if k > 0)
+    kb = sum((k + SCALE_BLOCK_K - 1) // SCALE_BLOCK_K for k in ks if k > 0)
     sa = to_mn_major_scales(sa, m, kb, "sa")
     sb = to_mn_major_scales(sb, n, kb, "sb")
     a, b = a.reshape(-1), b.reshape(-1)
@@ -100,7 +100,7 @@ def check_group_sizes(group_sizes: Union[torch.Tensor, Sequence[int]], k_total: 
             raise ValueError(f"group_sizes must hold integers (an int32 tensor), got {group_sizes.dtype}")
         sizes = group_sizes.tolist()
     else:
-        sizes = [as_int(k, f"group_sizes[{g}]") for g, k in enumerate(group_sizes)]
+        sizes = as_ints(group_sizes, "group_sizes")
     for g, k in enumerate(sizes):
         if k < 0:
             raise ValueError(f"group_sizes[{g}] must be >= 0, got {k}")

@@ -37,7 +37,7 @@ from typing import Sequence, Tuple, Union
 import torch
 
 from . import reference
-from ._args import as_int, check_int32
+from ._args import as_int, as_ints, check_int32
 from .scales import align_up, empty_mn_major_scales, k_block_capacity, num_k_blocks
 
 _LIB = "wgrad"
@@ -262,7 +262,7 @@ def _sizes_tensor(sizes: Union[torch.Tensor, Sequence[int]], device) -> torch.Te
       only; int32 sizes (the recommended form) pass through untouched.
     """
     if not isinstance(sizes, torch.Tensor):
-        values = [as_int(s, f"sizes[{g}]") for g, s in enumerate(sizes)]
+        values = as_ints(sizes, "sizes")
         for g, s in enumerate(values):
             check_int32(s, f"sizes[{g}]")
         return torch.tensor(values, dtype=torch.int32, device=device)
