@@ -90,6 +90,16 @@ def _block_columns(s: torch.Tensor, mn: int) -> int:
     return s.shape[1] if s.dim() == 2 and s.shape[0] == mn else s.shape[0]
 
 
+def _contiguous_operands(lhs: Operand, rhs: Operand) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """a, sa, b, sb of a contiguous-K call, the scales in the MN-major layout (their block columns as given)."""
+    a, sa = lhs
+    b, sb = rhs
+    _check_2d(a, "a", "M, K_total")
+    _check_2d(b, "b", "N, K_total")
+    return (a, to_mn_major_scales(sa, a.shape[0], _block_columns(sa, a.shape[0]), "sa"),
+            b, to_mn_major_scales(sb, b.shape[0], _block_columns(sb, b.shape[0]), "sb"))
+
+
 def check_group_sizes(group_sizes: Union[torch.Tensor, Sequence[int]], k_total: int) -> None:
     """Host-side check of contiguous-K group sizes (synchronises with the device): raises ValueError
     naming the first bad size, or the sum, where the kernel would leave `out` untouched. The sizes must
@@ -118,12 +128,7 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, 
     the kernel checks this on the device and leaves `out` untouched when they do not (it cannot raise
     without a synchronisation: call `check_group_sizes` first when in doubt). Scales have `ceil(K_total/128) + G - 1` block columns (blocks restart at
     every group; trailing ones unused)."""
-    a, sa = lhs
-    b, sb = rhs
-    _check_2d(a, "a", "M, K_total")
-    _check_2d(b, "b", "N, K_total")
-    sa = to_mn_major_scales(sa, a.shape[0], _block_columns(sa, a.shape[0]), "sa")
-    sb = to_mn_major_scales(sb, b.shape[0], _block_columns(sb, b.shape[0]), "sb")
+    a, sa, b, sb = _contiguous_operands(lhs, rhs)
     torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, group_sizes)
 
 
@@ -148,12 +153,7 @@ def k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(lhs: Operand, rhs: Operand, 
     an expert that received none). The operands and `group_sizes` as there (validated by the kernel, which
     leaves `out` untouched when they break the rules). Returns `out` ([G, M, N] bfloat16, allocated when not
     given)."""
-    a, sa = lhs
-    b, sb = rhs
-    _check_2d(a, "a", "M, K_total")
-    _check_2d(b, "b", "N, K_total")
-    sa = to_mn_major_scales(sa, a.shape[0], _block_columns(sa, a.shape[0]), "sa")
-    sb = to_mn_major_scales(sb, b.shape[0], _block_columns(sb, b.shape[0]), "sb")
+    a, sa, b, sb = _contiguous_operands(lhs, rhs)
     if out is None:
         groups = group_sizes.shape[0] if group_sizes.dim() == 1 else 0
         out = torch.empty((groups, a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)

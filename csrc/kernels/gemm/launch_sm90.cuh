@@ -38,18 +38,27 @@ inline std::string make_scale_desc(CUtensorMap* desc, const float* ptr, int64_t 
                                CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-// fp32 out [g, m, n] with row stride ld and group stride g_stride (elements); box BLOCK_N/2 x 64 x 1
-// (one epilogue slice: a consumer warpgroup's columns, one m64 block).
-inline std::string make_out_desc(CUtensorMap* desc, float* ptr, int64_t g, int64_t m, int64_t n, int64_t ld,
-                                 int64_t g_stride, int block_n) {
-  const int64_t row_stride = m > 1 ? ld : align_up(n, 4);
+// out [g, m, n] of `elem_bytes`-byte elements, row stride ld and group stride g_stride (elements: multiples of
+// 16 bytes where followed; a single row's or group's are never followed, any legal value describes them);
+// box box_cols x 64 x 1 (one m64 block).
+inline std::string make_out_desc_3d(CUtensorMap* desc, CUtensorMapDataType dtype, int64_t elem_bytes, void* ptr,
+                                    int64_t g, int64_t m, int64_t n, int64_t ld, int64_t g_stride, int box_cols,
+                                    CUtensorMapSwizzle swizzle) {
+  const int64_t row_stride = m > 1 ? ld : align_up(n, kTmaAlignBytes / elem_bytes);
   const int64_t group_stride = g > 1 ? g_stride : row_stride * m;
   const uint64_t dims[3] = {static_cast<uint64_t>(n), static_cast<uint64_t>(m), static_cast<uint64_t>(g)};
-  const uint64_t strides[2] = {static_cast<uint64_t>(row_stride * 4), static_cast<uint64_t>(group_stride * 4)};
-  const uint32_t box[3] = {static_cast<uint32_t>(epilogue_slice_cols(block_n)),
-                           static_cast<uint32_t>(kEpilogueSliceRows), 1};
-  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box,
-                               CU_TENSOR_MAP_SWIZZLE_NONE);
+  const uint64_t strides[2] = {static_cast<uint64_t>(row_stride * elem_bytes),
+                               static_cast<uint64_t>(group_stride * elem_bytes)};
+  const uint32_t box[3] = {static_cast<uint32_t>(box_cols), static_cast<uint32_t>(kEpilogueSliceRows), 1};
+  return encode_tma_descriptor(desc, dtype, 3, ptr, dims, strides, box, swizzle);
+}
+
+// fp32 out [g, m, n]; box BLOCK_N/2 x 64 x 1 (one epilogue slice: a consumer warpgroup's columns, one m64
+// block).
+inline std::string make_out_desc(CUtensorMap* desc, float* ptr, int64_t g, int64_t m, int64_t n, int64_t ld,
+                                 int64_t g_stride, int block_n) {
+  return make_out_desc_3d(desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, ptr, g, m, n, ld, g_stride,
+                          epilogue_slice_cols(block_n), CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // fp8 [g, rows, k] K-major operand, row stride `ld` and group stride `g_stride` elements (any order of the
@@ -64,17 +73,12 @@ inline std::string make_grouped_operand_desc(CUtensorMap* desc, const void* ptr,
                                CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// bf16 [g, rows, n] with row stride ld and group stride g_stride (elements, multiples of 8 where followed);
-// box box_cols x 64 x 1: 64 columns in the 128B swizzle, or 8 columns without (epilogue_bf16_sm90.cuh).
+// bf16 out [g, rows, n]; box box_cols x 64 x 1: 64 columns in the 128B swizzle, or 8 columns without
+// (epilogue_bf16_sm90.cuh).
 inline std::string make_bf16_out_desc(CUtensorMap* desc, void* ptr, int64_t g, int64_t rows, int64_t n, int64_t ld,
                                       int64_t g_stride, int box_cols) {
-  const int64_t row_stride = rows > 1 ? ld : align_up(n, 8);
-  const int64_t group_stride = g > 1 ? g_stride : row_stride * rows;
-  const uint64_t dims[3] = {static_cast<uint64_t>(n), static_cast<uint64_t>(rows), static_cast<uint64_t>(g)};
-  const uint64_t strides[2] = {static_cast<uint64_t>(row_stride * 2), static_cast<uint64_t>(group_stride * 2)};
-  const uint32_t box[3] = {static_cast<uint32_t>(box_cols), static_cast<uint32_t>(kEpilogueSliceRows), 1};
-  return encode_tma_descriptor(desc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, ptr, dims, strides, box,
-                               box_cols * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
+  return make_out_desc_3d(desc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr, g, rows, n, ld, g_stride, box_cols,
+                          box_cols * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // Rows of A one CTA loads per stage: half the tile, multicast to both CTAs of its cluster.

@@ -229,39 +229,40 @@ def check_main_grad(op: str, weight: torch.Tensor, main_grad: torch.Tensor) -> N
         raise ValueError(f"{op}: weight.main_grad must be on {weight.device} like the weight, got {main_grad.device}")
 
 
-def accumulate_wgrad(dy_t: torch.Tensor, s_dy: torch.Tensor, x_t: torch.Tensor, s_x: torch.Tensor,
-                     out: torch.Tensor) -> None:
-    """`out += dy^T x` in fp32 from the column-wise casts of dy [T, N_out] and x [T, N_in] (K = T tokens). T a
-    multiple of 16: the dense kernel; any other T: the contiguous-K kernel with one group of T tokens."""
+def _dy_t_x(dy_t: torch.Tensor, s_dy: torch.Tensor, x_t: torch.Tensor, s_x: torch.Tensor, out: torch.Tensor,
+            dense_op, contiguous_op) -> None:
+    """`dy^T x` into `out` [N_out, N_in] by one of the weight-gradient op pairs (K = T tokens): T a multiple of 16
+    the dense op; any other T the contiguous-K op with one group of T tokens."""
     tokens = dy_t.shape[1]
-    if tokens == 0:
-        return
     if tokens % 16 == 0:
-        torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt(dy_t, s_dy, x_t, s_x, out)
+        dense_op(dy_t, s_dy, x_t, s_x, out)
     else:
         sizes = torch.full((1,), tokens, dtype=torch.int32, device=dy_t.device)
-        torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_t, s_dy, x_t, s_x, out.unsqueeze(0),
-                                                                         sizes)
+        contiguous_op(dy_t, s_dy, x_t, s_x, out.unsqueeze(0), sizes)
+
+
+def accumulate_wgrad(dy_t: torch.Tensor, s_dy: torch.Tensor, x_t: torch.Tensor, s_x: torch.Tensor,
+                     out: torch.Tensor) -> None:
+    """`out += dy^T x` in fp32 from the column-wise casts of dy [T, N_out] and x [T, N_in]."""
+    if dy_t.shape[1] > 0:
+        _dy_t_x(dy_t, s_dy, x_t, s_x, out, torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt,
+                torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous)
 
 
 def wgrad(dy_t: torch.Tensor, s_dy: torch.Tensor, x_t: torch.Tensor, s_x: torch.Tensor,
           dtype: torch.dtype) -> torch.Tensor:
     """A fresh `dy^T x` [N_out, N_in] in `dtype` (the weight's: autograd's gradient) from the column-wise casts.
     bf16: written in bf16 by the kernel, rounded once from its fp32 accumulation (the bits of the fp32 result
-    cast, without an fp32 buffer to fill, add into and cast); any other dtype: accumulated into fp32 zeros
-    (`accumulate_wgrad`), returned as they are (autograd casts them to the weight's dtype)."""
+    cast, without an fp32 buffer to fill, add into and cast; T == 0 writes zeros); any other dtype: accumulated
+    into fp32 zeros (`accumulate_wgrad`), returned as they are (autograd casts them to the weight's dtype)."""
     shape = (dy_t.shape[0], x_t.shape[0])
     if dtype != torch.bfloat16:
         dw = torch.zeros(shape, dtype=torch.float32, device=dy_t.device)
         accumulate_wgrad(dy_t, s_dy, x_t, s_x, dw)
         return dw
     dw = torch.empty(shape, dtype=torch.bfloat16, device=dy_t.device)
-    tokens = dy_t.shape[1]
-    if tokens % 16 == 0:  # (0 included: the kernel writes zeros)
-        torch.ops.wgrad.wgrad_gemm_fp8_fp8_bf16_nt(dy_t, s_dy, x_t, s_x, dw)
-    else:
-        sizes = torch.full((1,), tokens, dtype=torch.int32, device=dy_t.device)
-        torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(dy_t, s_dy, x_t, s_x, dw.unsqueeze(0), sizes)
+    _dy_t_x(dy_t, s_dy, x_t, s_x, dw, torch.ops.wgrad.wgrad_gemm_fp8_fp8_bf16_nt,
+            torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous)
     return dw
 
 
