@@ -359,12 +359,25 @@ void check_quantize_fp8_1x128_segments(const torch::stable::Tensor& x, const tor
   check_segment_sizes(op, x, sizes);
 }
 
-void check_quantize_fp8_1x128_segments_padded(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
-                                              int64_t pad) {
-  constexpr const char* op = "quantize_fp8_1x128_colwise_segments_padded";
+namespace {
+
+void check_padded_segments_cast(const char* op, const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
+                                int64_t pad) {
   check_quantize_input(op, x);
   check_segment_sizes(op, x, sizes);
   check_segment_pad(op, pad);
+}
+
+}  // namespace
+
+void check_quantize_fp8_1x128_segments_padded(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
+                                              int64_t pad) {
+  check_padded_segments_cast("quantize_fp8_1x128_colwise_segments_padded", x, sizes, pad);
+}
+
+void check_quantize_fp8_1x128_both_segments_padded(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
+                                                   int64_t pad) {
+  check_padded_segments_cast("quantize_fp8_1x128_both_segments_padded", x, sizes, pad);
 }
 
 void check_quantize_fp8_1x128_segments_plan(std::string_view plan) {

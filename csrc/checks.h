@@ -48,6 +48,9 @@ void check_quantize_fp8_1x128(const torch::stable::Tensor& x);
 void check_quantize_fp8_1x128_segments(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes);
 void check_quantize_fp8_1x128_segments_padded(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
                                               int64_t pad);
+// The same rules for the row-wise cast and the padded segments cast from one read of x.
+void check_quantize_fp8_1x128_both_segments_padded(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
+                                                   int64_t pad);
 // The weight of the 128x128 cast: 2-D, bf16/fp16/fp32, contiguous.
 void check_quantize_fp8_128x128(const torch::stable::Tensor& w);
 // The plan string of _quantize_fp8_1x128_colwise_segments_with_plan (quant/plan.h).

@@ -45,6 +45,11 @@ std::tuple<torch::stable::Tensor, torch::stable::Tensor> quantize_fp8_1x128_colw
 std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor>
 quantize_fp8_1x128_colwise_segments_padded_cuda(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
                                                 int64_t pad, bool ue8m0);
+// The row-wise cast and the padded segments cast from one read of x: q, scales, q_t, scales_t, padded_sizes.
+std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor,
+           torch::stable::Tensor>
+quantize_fp8_1x128_both_segments_padded_cuda(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
+                                             int64_t pad, bool ue8m0);
 // The segments casts with an explicit plan (quant/plan.h): pad 0 the unpadded cast (padded_sizes: a copy of
 // sizes), else the padded one.
 std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor>

@@ -67,6 +67,10 @@
 //                columns to a multiple of pad (16/32/64/128): q_t [C, K], K = floor((R + G (pad - 1)) / pad)
 //                * pad, scales [C, ceil(K/128) + G - 1], and padded_sizes int32 [G] (align_up(size, pad),
 //                the last one the rest of K): what the contiguous-K GEMM takes for any token counts.
+//   both_segments_padded(x, sizes, pad) -> (q, scales) of rowwise and (q_t, scales_t, padded_sizes) of
+//                colwise_segments_padded from one read of x (an MoE layer's activation: row-wise for the
+//                expert GEMM, column-wise per expert for wgrad). Invalid sizes: the column-wise outputs as
+//                colwise_segments_padded's; the row-wise ones do not depend on the sizes.
 //
 // Private: _quantize_fp8_1x128_colwise_segments_with_plan(x, sizes, pad, ue8m0, plan) -> (q_t, scales_t,
 //   padded_sizes), the segments cast (pad 0) or the padded one (pad 16/32/64/128, padded_sizes as above;
@@ -129,6 +133,9 @@ STABLE_TORCH_LIBRARY(wgrad, m) {
       "quantize_fp8_1x128_colwise_segments_padded(Tensor x, Tensor sizes, int pad=32, bool ue8m0=False) -> "
       "(Tensor q_t, Tensor scales_t, Tensor padded_sizes)");
   m.def(
+      "quantize_fp8_1x128_both_segments_padded(Tensor x, Tensor sizes, int pad=32, bool ue8m0=False) -> "
+      "(Tensor q, Tensor scales, Tensor q_t, Tensor scales_t, Tensor padded_sizes)");
+  m.def(
       "_quantize_fp8_1x128_colwise_segments_with_plan(Tensor x, Tensor sizes, int pad, bool ue8m0, str plan) -> "
       "(Tensor q_t, Tensor scales_t, Tensor padded_sizes)");
   m.def(
@@ -138,6 +145,7 @@ STABLE_TORCH_LIBRARY(wgrad, m) {
   m.def("_check_quantize_fp8_128x128(Tensor w) -> ()");
   m.def("_check_quantize_fp8_1x128_segments(Tensor x, Tensor sizes) -> ()");
   m.def("_check_quantize_fp8_1x128_segments_padded(Tensor x, Tensor sizes, int pad) -> ()");
+  m.def("_check_quantize_fp8_1x128_both_segments_padded(Tensor x, Tensor sizes, int pad) -> ()");
   m.def("_check_quantize_fp8_1x128_segments_plan(str plan) -> ()");
 }
 
@@ -159,6 +167,8 @@ void register_checks(Library& m) {
   m.impl("_check_quantize_fp8_1x128", TORCH_BOX(&wgrad::check_quantize_fp8_1x128));
   m.impl("_check_quantize_fp8_1x128_segments", TORCH_BOX(&wgrad::check_quantize_fp8_1x128_segments));
   m.impl("_check_quantize_fp8_1x128_segments_padded", TORCH_BOX(&wgrad::check_quantize_fp8_1x128_segments_padded));
+  m.impl("_check_quantize_fp8_1x128_both_segments_padded",
+         TORCH_BOX(&wgrad::check_quantize_fp8_1x128_both_segments_padded));
   m.impl("_check_quantize_fp8_128x128", TORCH_BOX(&wgrad::check_quantize_fp8_128x128));
 }
 
@@ -184,6 +194,7 @@ STABLE_TORCH_LIBRARY_IMPL(wgrad, CUDA, m) {
   m.impl("quantize_fp8_1x128_colwise_segments", TORCH_BOX(&wgrad::quantize_fp8_1x128_colwise_segments_cuda));
   m.impl("quantize_fp8_1x128_colwise_segments_padded",
          TORCH_BOX(&wgrad::quantize_fp8_1x128_colwise_segments_padded_cuda));
+  m.impl("quantize_fp8_1x128_both_segments_padded", TORCH_BOX(&wgrad::quantize_fp8_1x128_both_segments_padded_cuda));
   m.impl("_quantize_fp8_1x128_colwise_segments_with_plan",
          TORCH_BOX(&wgrad::quantize_fp8_1x128_colwise_segments_with_plan_cuda));
   m.impl("quantize_fp8_128x128", TORCH_BOX(&wgrad::quantize_fp8_128x128_cuda));

@@ -26,9 +26,19 @@ def test_reference_copy_size():
     # multiple of 64 KiB (the driver's copy runs 3-13 % slower at sizes that are not multiples of 4 KiB,
     # which flattered the segments casts' % of a copy), and never more than 128 KiB beyond them.
     for rows, cols in ((4096, 7168), (8192, 2112), (8192, 4224), (8192, 4096)):
-        for kind in ("rowwise", "colwise", "both", "colwise_segments", "colwise_segments_pad32"):
+        for kind in ("rowwise", "colwise", "both", "colwise_segments", "colwise_segments_pad32",
+                     "both_segments_pad32"):
             nbytes = bytes_moved(kind, rows, cols, 2, 8)
             n = reference_copy_size(nbytes)
             assert n % (64 * 1024) == 0 and nbytes <= 2 * n < nbytes + 128 * 1024 + 2, (rows, cols, kind, nbytes, n)
     # 8192 x 4224 segments: 52,504,320 bytes each way; the copy 52,559,872 (802 x 64 KiB).
     assert reference_copy_size(2 * 52504320) == 52559872 and reference_copy_size(2 * 65536) == 65536
+
+
+def test_both_segments_bytes():
+    # Both over padded segments moves x once, the padded column-wise outputs and the row-wise ones.
+    rows, cols = 8192, 2112
+    both = bytes_moved("both_segments_pad32", rows, cols, 2, 8)
+    padded = bytes_moved("colwise_segments_pad32", rows, cols, 2, 8)
+    rowwise = bytes_moved("rowwise", rows, cols, 2, 8)
+    assert both == padded + rowwise - rows * cols * 2

@@ -96,4 +96,7 @@ void launch_generic(const quant::QuantizeParams& p, int64_t row_blocks, cudaStre
   WGRAD_KERNEL_LAUNCH_CHECK();
 }
 
+// The row-wise kernel (quant/rowwise.cu) on x's outputs in p (q, scales); nothing for an empty x.
+void launch_rowwise_cast(const torch::stable::Tensor& x, const quant::QuantizeParams& p, cudaStream_t stream);
+
 }  // namespace wgrad

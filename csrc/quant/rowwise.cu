@@ -22,6 +22,15 @@ void launch_rowwise(const quant::QuantizeParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+void launch_rowwise_cast(const torch::stable::Tensor& x, const quant::QuantizeParams& p, cudaStream_t stream) {
+  if (p.rows == 0 || p.cols == 0) return;
+  const bool vec = vector_rows(p);
+  dispatch_x_type(x, [&](auto tag) {
+    using T = decltype(tag);
+    vec ? launch_rowwise<T, true>(p, stream) : launch_rowwise<T, false>(p, stream);
+  });
+}
+
 std::tuple<torch::stable::Tensor, torch::stable::Tensor> quantize_fp8_1x128_rowwise_cuda(const torch::stable::Tensor& x,
                                                                                          bool ue8m0) {
   constexpr const char* op = "quantize_fp8_1x128_rowwise";
@@ -32,13 +41,7 @@ std::tuple<torch::stable::Tensor, torch::stable::Tensor> quantize_fp8_1x128_roww
   torch::stable::Tensor scales = empty_mn_major_scales(x, x.size(0), ceil_div(x.size(1), kScaleBlockK));
   quant::QuantizeParams p = base_params(x, ue8m0);
   set_rowwise(p, q, scales);
-  if (p.rows == 0 || p.cols == 0) return {q, scales};
-  const cudaStream_t stream = current_stream(x);
-  const bool vec = vector_rows(p);
-  dispatch_x_type(x, [&](auto tag) {
-    using T = decltype(tag);
-    vec ? launch_rowwise<T, true>(p, stream) : launch_rowwise<T, false>(p, stream);
-  });
+  launch_rowwise_cast(x, p, current_stream(x));
   return {q, scales};
 }
 

@@ -198,6 +198,21 @@ void launch_segments_tma(const char* op, const quant::QuantizeParams& p, int64_t
   launch_colwise_sm90<Cfg>(&quant::quantize_fp8_1x128_colwise_sm90_kernel<T, kMode, kTiles>, grid, params, stream);
 }
 
+// Both over padded segments (QuantMode::BothSegments): the row-wise outputs and the column-wise segments from one
+// read of x, by the row-major block-tile kernel (segments padded to whole 32-byte sectors are row-major), the
+// table built in the kernel.
+template <typename T>
+void launch_both_segments_tma(const char* op, const quant::QuantizeParams& p, int64_t row_blocks,
+                              const quant::SegmentTableArgs& in_kernel, int num_sms, cudaStream_t stream) {
+  constexpr quant::QuantMode kMode = quant::QuantMode::BothSegments;
+  constexpr quant::SegmentTiles kTiles = quant::SegmentTiles::kRowMajorBlocks;
+  using Cfg = quant::ColwiseSm90Config<T, kMode, kTiles>;
+  quant::ColwiseSm90Params params = colwise_sm90_params<Cfg, T>(op, p, row_blocks);
+  params.segments = in_kernel;
+  launch_colwise_sm90<Cfg>(&quant::quantize_fp8_1x128_colwise_sm90_kernel<T, kMode, kTiles>,
+                           colwise_sm90_grid(params, num_sms), params, stream);
+}
+
 // The segment table in global memory (one-CTA kernel), for the kernels that cannot build it themselves.
 // Returns the workspace that holds it (alive until the launches that read it are enqueued).
 torch::stable::Tensor build_segment_table_global(const torch::stable::Tensor& x, const quant::SegmentTableArgs& a,
@@ -216,7 +231,10 @@ torch::stable::Tensor build_segment_table_global(const torch::stable::Tensor& x,
 
 // Every segments cast: the carry kernel where the plan takes it, else the TMA kernel (packed tiles where the
 // plan takes them) for 16-byte aligned rows and R > 0, else the generic kernel; the table built in the TMA
-// kernel when it fits there, else in global memory first.
+// kernel when it fits there, else in global memory first. With row-wise outputs in p (p.q set: both over
+// padded segments), one kernel for both where the row-major TMA kernel takes the cast with its table in
+// shared memory (16-byte aligned rows, R > 0, pad a multiple of 32, the automatic plan); elsewhere the
+// row-wise kernel first, then the column-wise cast as above (the same bits either way).
 void launch_segments(const char* op, const torch::stable::Tensor& x, const quant::QuantizeParams& p_in,
                      int64_t row_blocks, const quant::SegmentTableArgs& segments, const SegmentsPlan& plan,
                      cudaStream_t stream) {
@@ -227,6 +245,20 @@ void launch_segments(const char* op, const torch::stable::Tensor& x, const quant
   dispatch_x_type(x, [&](auto tag) {
     using T = decltype(tag);
     constexpr quant::QuantMode kMode = quant::QuantMode::ColwiseSegments;
+    if (p.q != nullptr) {
+      constexpr int64_t kBothEntries =
+          quant::ColwiseSm90Config<T, quant::QuantMode::BothSegments, quant::SegmentTiles::kRowMajorBlocks>::
+              kTableEntries;
+      const bool fused = vec && p.rows > 0 && p.seg_pad > 0 && p.seg_pad % 32 == 0 && plan.order < 0 &&
+                         segments.num_row_blocks + segments.num_segments <= kBothEntries;
+      if (fused) {
+        launch_both_segments_tma<T>(op, p, row_blocks, segments, num_sms, stream);
+        return;
+      }
+      launch_rowwise_cast(x, p, stream);
+      p.q = nullptr;
+      p.scales = nullptr;
+    }
     if (carry_kernel_fits<T>(p, segments, vec) &&
         take_carry_kernel(plan, p.rows, p.cols, segments.num_segments, p.seg_pad)) {
       if constexpr (sizeof(T) == 2) launch_segments_carry<T>(x, p, segments, plan, num_sms, stream);
@@ -260,9 +292,13 @@ void launch_segments(const char* op, const torch::stable::Tensor& x, const quant
 // generic kernel, a one-CTA kernel in global memory first), then quantize all k_block_capacity(K, G)
 // columns (no host synchronisation, capturable in a CUDA graph). Invalid sizes (a negative one, or a sum !=
 // R): every scale is NaN and q_t is not written (padded: the padded sizes are meaningless then).
-std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor> segments_cast(
-    const char* op, const torch::stable::Tensor& x, const torch::stable::Tensor& sizes, int64_t pad, bool ue8m0,
-    const SegmentsPlan& plan) {
+// `rowwise`: also the row-wise cast of x into q and scales (R == 0 or C == 0: nothing to write).
+struct SegmentsOutputs {
+  torch::stable::Tensor q, scales, q_t, scales_t, padded;
+};
+
+SegmentsOutputs segments_cast(const char* op, const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
+                              int64_t pad, bool ue8m0, const SegmentsPlan& plan, bool rowwise = false) {
   check_sm90(op, x);
   const DeviceGuard guard(x.get_device_index());
   const cudaStream_t stream = current_stream(x);
@@ -272,14 +308,22 @@ std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor> 
   segments.num_segments = groups;
   segments.rows = rows;
   quant::QuantizeParams p = base_params(x, ue8m0);
-  torch::stable::Tensor q_t, scales_t, padded;
+  SegmentsOutputs o;
+  if (rowwise) {
+    o.q = empty_q(x);
+    o.scales = empty_mn_major_scales(x, rows, ceil_div(cols, kScaleBlockK));
+    set_rowwise(p, o.q, o.scales);
+  }
+  torch::stable::Tensor& q_t = o.q_t;
+  torch::stable::Tensor& scales_t = o.scales_t;
+  torch::stable::Tensor& padded = o.padded;
   int64_t row_blocks = 0;
   if (pad == 0) {
     row_blocks = k_block_capacity(rows, groups);
     WGRAD_CHECK(row_blocks <= kMaxRowBlocks, op, ": ceil(R/128) + G - 1 must be <= 2^31 - 1, got ", row_blocks);
     q_t = empty_q_t(x);
     scales_t = empty_mn_major_scales(x, cols, row_blocks);
-    if (row_blocks == 0 || cols == 0) return {q_t, scales_t, padded};
+    if (row_blocks == 0 || cols == 0) return o;
   } else {
     // Every segment's q_t columns padded to a multiple of `pad` with zero columns (and the columns after the
     // last segment zero too): q_t [C, K] with K = padded_segment_columns(R, G, pad), scales [C, ceil(K/128) +
@@ -305,14 +349,14 @@ std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor> 
     segments.num_row_blocks = row_blocks;
     if (row_blocks == 0 || cols == 0) {  // no cast to launch: the one-CTA table kernel alone writes padded
       build_segment_table_global(x, segments, p, stream);
-      return {q_t, scales_t, padded};
+      return o;
     }
     p.seg_pad = pad;
   }
   segments.num_row_blocks = row_blocks;
   set_colwise(p, q_t, scales_t);
   launch_segments(op, x, p, row_blocks, segments, plan, stream);
-  return {q_t, scales_t, padded};
+  return o;
 }
 
 }  // namespace
@@ -320,16 +364,27 @@ std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor> 
 std::tuple<torch::stable::Tensor, torch::stable::Tensor> quantize_fp8_1x128_colwise_segments_cuda(
     const torch::stable::Tensor& x, const torch::stable::Tensor& sizes, bool ue8m0) {
   check_quantize_fp8_1x128_segments(x, sizes);
-  auto [q_t, scales_t, padded] =
-      segments_cast("quantize_fp8_1x128_colwise_segments", x, sizes, 0, ue8m0, SegmentsPlan{});
-  return {q_t, scales_t};
+  const SegmentsOutputs o = segments_cast("quantize_fp8_1x128_colwise_segments", x, sizes, 0, ue8m0, SegmentsPlan{});
+  return {o.q_t, o.scales_t};
 }
 
 std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor>
 quantize_fp8_1x128_colwise_segments_padded_cuda(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
                                                 int64_t pad, bool ue8m0) {
   check_quantize_fp8_1x128_segments_padded(x, sizes, pad);
-  return segments_cast("quantize_fp8_1x128_colwise_segments_padded", x, sizes, pad, ue8m0, SegmentsPlan{});
+  const SegmentsOutputs o =
+      segments_cast("quantize_fp8_1x128_colwise_segments_padded", x, sizes, pad, ue8m0, SegmentsPlan{});
+  return {o.q_t, o.scales_t, o.padded};
+}
+
+std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor,
+           torch::stable::Tensor>
+quantize_fp8_1x128_both_segments_padded_cuda(const torch::stable::Tensor& x, const torch::stable::Tensor& sizes,
+                                             int64_t pad, bool ue8m0) {
+  constexpr const char* op = "quantize_fp8_1x128_both_segments_padded";
+  check_quantize_fp8_1x128_both_segments_padded(x, sizes, pad);
+  const SegmentsOutputs o = segments_cast(op, x, sizes, pad, ue8m0, SegmentsPlan{}, true);
+  return {o.q, o.scales, o.q_t, o.scales_t, o.padded};
 }
 
 std::tuple<torch::stable::Tensor, torch::stable::Tensor, torch::stable::Tensor>
@@ -338,11 +393,12 @@ quantize_fp8_1x128_colwise_segments_with_plan_cuda(const torch::stable::Tensor& 
   const SegmentsPlan parsed = parse_segments_plan("_quantize_fp8_1x128_colwise_segments_with_plan", std::string(plan));
   if (pad == 0) {
     check_quantize_fp8_1x128_segments(x, sizes);
-    auto [q_t, scales_t, padded] = segments_cast("quantize_fp8_1x128_colwise_segments", x, sizes, 0, ue8m0, parsed);
-    return {q_t, scales_t, clone(sizes)};
+    const SegmentsOutputs o = segments_cast("quantize_fp8_1x128_colwise_segments", x, sizes, 0, ue8m0, parsed);
+    return {o.q_t, o.scales_t, clone(sizes)};
   }
   check_quantize_fp8_1x128_segments_padded(x, sizes, pad);
-  return segments_cast("quantize_fp8_1x128_colwise_segments_padded", x, sizes, pad, ue8m0, parsed);
+  const SegmentsOutputs o = segments_cast("quantize_fp8_1x128_colwise_segments_padded", x, sizes, pad, ue8m0, parsed);
+  return {o.q_t, o.scales_t, o.padded};
 }
 
 }  // namespace wgrad

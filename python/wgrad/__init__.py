@@ -21,6 +21,7 @@ from .api import (
 from .quant import (
     per_token_cast_to_fp8,
     quantize_fp8_1x128_both,
+    quantize_fp8_1x128_both_segments_padded,
     quantize_fp8_1x128_colwise,
     quantize_fp8_1x128_colwise_segments,
     quantize_fp8_1x128_colwise_segments_padded,
@@ -45,6 +46,7 @@ __all__ = [
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
     "per_token_cast_to_fp8",
     "quantize_fp8_1x128_both",
+    "quantize_fp8_1x128_both_segments_padded",
     "quantize_fp8_1x128_colwise",
     "quantize_fp8_1x128_colwise_segments",
     "quantize_fp8_1x128_colwise_segments_padded",

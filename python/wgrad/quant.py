@@ -14,6 +14,8 @@
   contiguous-K GEMM then loads every expert's columns without shifting them (it takes any token counts
   either way, but groups that start inside a 16-byte chunk cost it a shift in shared memory), and with
   pad >= 32 the cast writes whole 32-byte sectors (its fast path).
+- `quantize_fp8_1x128_both_segments_padded(x, sizes, pad=32)`: the row-wise cast and the padded segments
+  cast from one read of `x`.
 
 Every scale tensor is `[mn, kb]` in the TMA-aligned MN-major layout (strides `(1, align_up(mn, 4))`).
 `x` of more than 2 dims is seen as `[R, C]` with `R` the product of the leading dims; outputs are 2-D.
@@ -46,6 +48,7 @@ _COLWISE = "quantize_fp8_1x128_colwise"
 _BOTH = "quantize_fp8_1x128_both"
 _SEGMENTS = "quantize_fp8_1x128_colwise_segments"
 _PADDED = "quantize_fp8_1x128_colwise_segments_padded"
+_BOTH_PADDED = "quantize_fp8_1x128_both_segments_padded"
 _BLOCKWISE = "quantize_fp8_128x128"
 _PADS = (16, 32, 64, 128)
 
@@ -121,6 +124,16 @@ def _padded_cpu(x, sizes, pad=32, ue8m0=False):
     q_ref, s_ref, padded = reference.quantize_fp8_1x128_colwise_segments_padded_reference(x, sizes.tolist(), pad,
                                                                                           ue8m0)
     return _q_t_holding(q_ref), _mn_major_copy(s_ref), torch.tensor(padded, dtype=torch.int32)
+
+
+@torch.library.register_kernel(f"{_LIB}::{_BOTH_PADDED}", "cpu")
+def _both_padded_cpu(x, sizes, pad=32, ue8m0=False):
+    torch.ops.wgrad._check_quantize_fp8_1x128_both_segments_padded(x, sizes, pad)
+    q, s = reference.quantize_fp8_1x128_rowwise_reference(x, ue8m0)
+    q_ref, s_ref, padded = reference.quantize_fp8_1x128_colwise_segments_padded_reference(x, sizes.tolist(), pad,
+                                                                                          ue8m0)
+    return (q, _mn_major_copy(s), _q_t_holding(q_ref), _mn_major_copy(s_ref),
+            torch.tensor(padded, dtype=torch.int32))
 
 
 @torch.library.register_kernel(f"{_LIB}::{_BLOCKWISE}", "cpu")
@@ -201,16 +214,25 @@ def _segments_fake(x, sizes, ue8m0=False):
     return _colwise_like(x, k_block_capacity(x.shape[0], sizes.shape[0]))
 
 
-@torch.library.register_fake(f"{_LIB}::{_PADDED}")
-def _padded_fake(x, sizes, pad=32, ue8m0=False):
-    _check_x(_PADDED, x)
-    _check_sizes(_PADDED, x, sizes)
+def _padded_like(op, x, sizes, pad):
+    _check_x(op, x)
+    _check_sizes(op, x, sizes)
     if pad not in _PADS:
-        _fail(_PADDED, f"pad must be 16, 32, 64 or 128, got {pad}")
+        _fail(op, f"pad must be 16, 32, 64 or 128, got {pad}")
     k = reference.padded_segment_columns(x.shape[0], sizes.shape[0], pad)
     q_t = empty_q_t(k, x.shape[1], device=x.device)
     scales_t = empty_mn_major_scales(x.shape[1], k_block_capacity(k, sizes.shape[0]), device=x.device)
     return q_t, scales_t, torch.empty_like(sizes)
+
+
+@torch.library.register_fake(f"{_LIB}::{_PADDED}")
+def _padded_fake(x, sizes, pad=32, ue8m0=False):
+    return _padded_like(_PADDED, x, sizes, pad)
+
+
+@torch.library.register_fake(f"{_LIB}::{_BOTH_PADDED}")
+def _both_padded_fake(x, sizes, pad=32, ue8m0=False):
+    return (*_rowwise_like(x), *_padded_like(_BOTH_PADDED, x, sizes, pad))
 
 
 @torch.library.register_fake(f"{_LIB}::{_BLOCKWISE}")
@@ -333,6 +355,19 @@ def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[tor
     pad = as_int(pad, "pad", "an integer (16, 32, 64 or 128)")
     return torch.ops.wgrad.quantize_fp8_1x128_colwise_segments_padded(x2, _sizes_tensor(sizes, x2.device), pad,
                                                                       ue8m0)
+
+
+def quantize_fp8_1x128_both_segments_padded(x: torch.Tensor, sizes: Union[torch.Tensor, Sequence[int]],
+                                            pad: int = 32, ue8m0: bool = False):
+    """`quantize_fp8_1x128_rowwise(x)` and `quantize_fp8_1x128_colwise_segments_padded(x, sizes, pad)` from one
+    read of `x` (one kernel where the rows are 16-byte aligned and pad is 32, 64 or 128): `(q, scales, q_t,
+    scales_t, padded_sizes)`, the same bits as the two casts. An MoE layer's activation or output gradient
+    takes both: row-wise for the expert GEMM, column-wise per expert for the weight gradient. Invalid sizes on
+    the GPU: the column-wise outputs as the padded cast's (NaN scales); the row-wise outputs do not depend on
+    the sizes. `sizes` as in `quantize_fp8_1x128_colwise_segments`."""
+    x2 = _as_2d(x)
+    pad = as_int(pad, "pad", "an integer (16, 32, 64 or 128)")
+    return torch.ops.wgrad.quantize_fp8_1x128_both_segments_padded(x2, _sizes_tensor(sizes, x2.device), pad, ue8m0)
 
 
 def quantize_fp8_128x128(w: torch.Tensor, ue8m0: bool = False):

@@ -23,7 +23,7 @@ namespace wgrad::quant {
 //     sizes: what the host launches when the shape's automatic order is row-major (row_major_segments in
 //     quant/segments.cu; on the same walk it ran 2-4.5 points of a copy faster than kBlocks, H200);
 //   kPacked: packed tiles (build_packed_tiles), row-major.
-// (Colwise and Both ignore it.)
+// (Colwise and Both ignore it; BothSegments takes kRowMajorBlocks only.)
 enum class SegmentTiles : int { kBlocks, kRowMajorBlocks, kPacked };
 
 template <typename T, QuantMode kModeV, SegmentTiles kTiles = SegmentTiles::kBlocks>
@@ -58,7 +58,7 @@ struct ColwiseSm90Config {
   // ColwiseSegments: every CTA builds the segment table in shared memory (SegmentStart per segment +
   // RowBlock per scale column, 12 bytes each) when it fits in this many entries; larger tables are built
   // in global memory by build_segment_table_kernel first (one more launch).
-  static constexpr bool kSegments = kMode == QuantMode::ColwiseSegments;
+  static constexpr bool kSegments = has_segments(kMode);
   // ColwiseSegments with packed tiles (kPacked): consecutive short blocks share a tile (see
   // build_packed_tiles); the table then holds at most 2048 entries (fp32: 256), beside the tiles' first
   // blocks and the blocks' box offsets.

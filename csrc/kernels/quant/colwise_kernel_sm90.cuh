@@ -1,4 +1,4 @@
-// \brief Column-wise FP8 1x128 quantization on SM90 (also "both" and the MoE segments): a persistent,
+// \brief Column-wise FP8 1x128 quantization on SM90 (also "both", the MoE segments, and both over segments): a persistent,
 // warp-specialized kernel over the stages of colwise_*_sm90.cuh. One producer thread streams 128 x 128 tiles
 // of x into shared-memory stages with TMA (colwise_producer_sm90.cuh); consumer groups of eight warps (three
 // groups for 16-bit x, one for fp32) take the tiles in the order of colwise_tile_order.cuh, each group
@@ -41,6 +41,10 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
   using Pipeline = typename Cfg::Pipeline;
   using Handoff = typename Cfg::HandoffPipeline;
   static_assert(has_colwise(kMode), "row-wise alone: rowwise.cuh");
+  // BothSegments holds the row-wise work at the 80-register cap of three consumer groups: it takes the
+  // segments in row-major order only (no carries or handoffs; what padding to 32 gives).
+  static_assert(kMode != QuantMode::BothSegments || kTiles == SegmentTiles::kRowMajorBlocks,
+                "BothSegments: row-major block tiles only");
 
   extern __shared__ __align__(128) uint8_t smem_raw[];
   auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw);
@@ -107,6 +111,13 @@ __global__ void __launch_bounds__(ColwiseSm90Config<T, kMode, kTiles>::kThreads,
       }
     }
 
+    if constexpr (Cfg::kSegments && has_rowwise(kMode)) {
+      // Invalid sizes (the table's first entry says so): no tiles below, the row-wise outputs all the same.
+      if (params.num_row_blocks > 0 && table.rows[0].row_count < 0) {
+        quantize_rows_unsegmented<T>(p, int64_t{blockIdx.x} * Cfg::kGroups * Cfg::kConsumerThreads + threadIdx.x,
+                                     int64_t{gridDim.x} * Cfg::kGroups * Cfg::kConsumerThreads);
+      }
+    }
     for (TileCursor cursor = first_tile<Cfg::kGroups>(order, thr.group); cursor.valid(); cursor.advance(order)) {
       const QuantTile t = colwise_tile<Cfg, kMode>(params, table.rows, smem, cursor);
       const int64_t tile_col = t.col_tile * Cfg::kTileCols;

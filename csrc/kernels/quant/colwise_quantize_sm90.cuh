@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/layout.h"
 #include "kernels/quant/colwise_config_sm90.cuh"
 #include "kernels/quant/numerics.cuh"
 #include "kernels/quant/segment_order.h"
@@ -86,7 +87,7 @@ __device__ __forceinline__ int load_tile_rows(const T* s_x, const RowBlock* tabl
   return valid_rows;
 }
 
-// ---- 2. Both: the row-wise outputs q and scales (a tile row is one half-warp; columns past C are
+// ---- 2. Both (and BothSegments): the row-wise outputs q and scales (a tile row is one half-warp; columns past C are
 // zero-filled). Row amaxes: each of the thread's 8 rows reduced over its half-warp (4 xor-shuffles). Then
 // lane cc < 8 of the half-warp computes row cc's scale and reciprocal once, and every lane fetches the 8
 // pairs by shuffle (instead of 16 lanes each dividing 8 times).
@@ -142,6 +143,38 @@ __device__ __forceinline__ void quantize_rows(const QuantizeParams& p, const Qua
     const uint2 packed = quantize_eight(v, scale, inv_scale);
     if (col_ok && i < valid_rows) *reinterpret_cast<uint2*>(q_ptr) = packed;
     q_ptr += q_step;
+  }
+}
+
+// ---- 2'. BothSegments with invalid sizes: there are no tiles (the column-wise scales become NaN, q_t is not
+// written), but the row-wise outputs do not depend on the sizes. Every 1x128 block of x is quantized here
+// instead, one block per thread from global memory, blocks first, first + step, ... (rows 16-byte aligned:
+// the vector kernels' condition). An error path: the bits of the row-wise cast, not its speed.
+template <typename T>
+__device__ __noinline__ void quantize_rows_unsegmented(const QuantizeParams& p, int64_t first, int64_t step) {
+  const int64_t kb_count = ceil_div(p.cols, kBlock);
+  const T* x = static_cast<const T*>(p.x);
+  for (int64_t u = first; u < p.rows * kb_count; u += step) {
+    const int64_t r = u / kb_count, kb = u - r * kb_count;
+    const int64_t col0 = kb * kBlock;
+    const int n = static_cast<int>(p.cols - col0 < kBlock ? p.cols - col0 : kBlock);  // a multiple of 8
+    const T* src = x + r * p.cols + col0;
+    uint32_t bits = 0;
+    for (int c = 0; c < n; c += kColsPerThread) {
+      RawVec<T> raw;
+      load8_global_raw(src + c, raw);
+      bits = abs_bits_max(raw, bits);
+    }
+    const float scale = block_scale(amax_from_bits<T>(fold_abs_bits<T>(bits)), p.ue8m0);
+    const float inv_scale = scale_reciprocal(scale);
+    p.scales[kb * p.scales_ld + r] = scale;
+    for (int c = 0; c < n; c += kColsPerThread) {
+      RawVec<T> raw;
+      load8_global_raw(src + c, raw);
+      float v[kColsPerThread];
+      unpack8(raw, v);
+      *reinterpret_cast<uint2*>(p.q + r * p.cols + col0 + c) = quantize_eight(v, scale, inv_scale);
+    }
   }
 }
 

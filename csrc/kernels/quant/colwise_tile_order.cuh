@@ -203,7 +203,7 @@ __device__ __forceinline__ QuantTile quant_tile(const ColwiseSm90Params& params,
   t.row_block = cursor.row_block;
   t.col_tile = cursor.col_tile;
   t.blocks = 1;
-  if (kMode == QuantMode::ColwiseSegments) {
+  if (has_segments(kMode)) {
     const RowBlock rb = table[t.row_block];
     t.row_start = rb.row_start;
     t.out_start = rb.out_start;

@@ -6,10 +6,15 @@
 
 namespace wgrad::quant {
 
-enum class QuantMode { Rowwise, Colwise, Both, ColwiseSegments };
+// BothSegments: the row-wise outputs of x and, from the same read, the column-wise outputs over row segments
+// (the MoE activation or output gradient: row-wise for the expert GEMM, column-wise per expert for wgrad).
+enum class QuantMode { Rowwise, Colwise, Both, ColwiseSegments, BothSegments };
 
-constexpr bool has_rowwise(QuantMode m) { return m == QuantMode::Rowwise || m == QuantMode::Both; }
+constexpr bool has_rowwise(QuantMode m) {
+  return m == QuantMode::Rowwise || m == QuantMode::Both || m == QuantMode::BothSegments;
+}
 constexpr bool has_colwise(QuantMode m) { return m != QuantMode::Rowwise; }
+constexpr bool has_segments(QuantMode m) { return m == QuantMode::ColwiseSegments || m == QuantMode::BothSegments; }
 
 // One 128-row block of the column-wise output: rows [row_start, row_start + row_count) of x, written to
 // q_t columns [out_start, out_start + row_count) (out_start == row_start but for padded segments).

@@ -9,7 +9,8 @@ Each kernel is timed on DeepSeek-V3-like activations `x` [tokens, features] next
 The MoE segments cast runs three times: with 8 uneven segment sizes that are not multiples of 16
 (`colwise_segments`), with the same split rounded to multiples of 16 (`colwise_segments16`, the token
 counts the k-grouped GEMM takes), and with the uneven split padded to 32 columns of q_t per segment
-(`colwise_segments_pad32`: the padded cast, whose output the k-grouped GEMM takes for any token counts).
+(`colwise_segments_pad32`: the padded cast, whose output the k-grouped GEMM takes for any token counts), and
+with the row-wise outputs from the same read (`both_segments_pad32`: an MoE layer's activation cast).
 Bytes moved = read x once + write every output (q, q_t with its zero columns, scales); the copy is timed
 call by call beside each kernel.
 Times are medians of CUDA-event intervals with the L2 flushed (a 256 MiB write) before every call.
@@ -121,11 +122,13 @@ def bytes_moved(kind: str, rows: int, cols: int, elem: int, groups: int = 1) -> 
     """Bytes the cast `kind` must move for x [rows, cols] of `elem`-byte elements: x read once, every
     output written once."""
     x_bytes = rows * cols * elem
-    if kind == "colwise_segments_pad32":  # q_t [C, K] with its zero columns, scales [C, ceil(K/128) + G - 1]
-        k = padded_segment_columns(rows, groups, 32)
-        return x_bytes + cols * k + cols * (num_k_blocks(k) + groups - 1) * 4
     q = rows * cols
     s_row = rows * num_k_blocks(cols) * 4
+    if kind in ("colwise_segments_pad32", "both_segments_pad32"):
+        # q_t [C, K] with its zero columns, scales [C, ceil(K/128) + G - 1]; both: q and its scales too
+        k = padded_segment_columns(rows, groups, 32)
+        padded = x_bytes + cols * k + cols * (num_k_blocks(k) + groups - 1) * 4
+        return padded + (q + s_row if kind == "both_segments_pad32" else 0)
     s_col = cols * (num_k_blocks(rows) + (groups - 1 if kind.startswith("colwise_segments") else 0)) * 4
     return x_bytes + {
         "rowwise": q + s_row,
@@ -166,6 +169,8 @@ def run_quant_bench(shapes: Optional[Sequence[Tuple[int, int]]] = None, dtype: t
             # takes for any token counts); its "PyTorch way" is the unpadded one (no padding step).
             "colwise_segments_pad32": (lambda: ops.quantize_fp8_1x128_colwise_segments_padded(x, sizes, 32, False),
                                        lambda: _torch_segments(x, sizes_list)),
+            "both_segments_pad32": (lambda: ops.quantize_fp8_1x128_both_segments_padded(x, sizes, 32, False),
+                                    lambda: (_torch_rowwise(x), _torch_segments(x, sizes_list))),
         }
         valid = _validate(x, ops)
         for kind, (ours, theirs) in kernels.items():

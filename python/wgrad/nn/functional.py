@@ -18,7 +18,9 @@ their counts on x's device (any counts, 0 included). fprop and dgrad run in FP8 
 (x and dY row-wise in 1x128 blocks, the experts' weights in 128x128 blocks, cast once per weight version;
 bf16 out); wgrad through the padded segments cast and the contiguous-K k-grouped kernel, accumulated in
 fp32 into `weight.main_grad` [G, out, in], where an expert with no tokens leaves its gradient untouched (or
-returned: a bf16 weight's written in bf16 by the kernel, zeros for an expert with no tokens). No host synchronisation anywhere: sizes on the GPU are validated on the GPU (the kernels, and
+returned: a bf16 weight's written in bf16 by the kernel, zeros for an expert with no tokens). x and dY are
+each cast once into both layouts (`quantize_fp8_1x128_both_segments_padded`: row-wise and, per expert,
+column-wise). No host synchronisation anywhere: sizes on the GPU are validated on the GPU (the kernels, and
 `torch._assert_async`: a device-side assertion, as PyTorch's own index checks), and the whole forward and
 backward can be captured in a CUDA graph.
 
@@ -35,6 +37,7 @@ import torch
 
 from ..quant import (
     quantize_fp8_1x128_both,
+    quantize_fp8_1x128_both_segments_padded,
     quantize_fp8_1x128_colwise,
     quantize_fp8_1x128_colwise_segments_padded,
     quantize_fp8_1x128_rowwise,
@@ -158,17 +161,16 @@ class _Fp8GroupedLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, sizes, main_grad):
         w_q, w_s, _, _ = _recipe.quantized_grouped_weight(weight)
-        x_q, x_s = quantize_fp8_1x128_rowwise(x)
+        if ctx.needs_input_grad[1]:
+            # Both layouts from one read of x: row-wise for the expert GEMM, per expert column-wise for wgrad.
+            x_q, x_s, x_q_t, x_s_t, padded = quantize_fp8_1x128_both_segments_padded(x, sizes, pad=GROUPED_PAD)
+        else:
+            (x_q, x_s), x_q_t, x_s_t, padded = quantize_fp8_1x128_rowwise(x), None, None, None
         y = _recipe.m_grouped_mm(x_q, x_s, w_q, w_s, sizes, x.dtype)
         if bias is not None:
             expert = torch.repeat_interleave(torch.arange(weight.shape[0], device=x.device), sizes,
                                              output_size=x.shape[0])
             y = y + bias.to(y.dtype)[expert]
-        need_wgrad = ctx.needs_input_grad[1]
-        if need_wgrad:
-            x_q_t, x_s_t, padded = quantize_fp8_1x128_colwise_segments_padded(x, sizes, pad=GROUPED_PAD)
-        else:
-            x_q_t = x_s_t = padded = None
         # The weight is saved for dgrad, whose transposed cast comes from the cache (cast once per version).
         ctx.save_for_backward(x_q_t, x_s_t, padded, weight if ctx.needs_input_grad[0] else None, sizes)
         _remember_weight(ctx, x, weight, main_grad)
@@ -180,13 +182,17 @@ class _Fp8GroupedLinear(torch.autograd.Function):
         need_dgrad, need_wgrad, need_bgrad = ctx.needs_input_grad[:3]
         dy = dy.contiguous()
         dx = None
+        if need_dgrad and need_wgrad:
+            dy_q, dy_s, dy_q_t, dy_s_t, _ = quantize_fp8_1x128_both_segments_padded(dy, sizes, pad=GROUPED_PAD)
+        elif need_dgrad:
+            dy_q, dy_s = quantize_fp8_1x128_rowwise(dy)
+        elif need_wgrad:
+            dy_q_t, dy_s_t, _ = quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=GROUPED_PAD)
         if need_dgrad:
             _, _, w_q_t, w_s_t = _recipe.quantized_grouped_weight(weight)
-            dy_q, dy_s = quantize_fp8_1x128_rowwise(dy)
             dx = _recipe.m_grouped_mm(dy_q, dy_s, w_q_t, w_s_t, sizes, ctx.x_dtype)
         dw = None
         if need_wgrad:
-            dy_q_t, dy_s_t, _ = quantize_fp8_1x128_colwise_segments_padded(dy, sizes, pad=GROUPED_PAD)
             if ctx.main_grad is not None:
                 torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_q_t, dy_s_t, x_q_t, x_s_t,
                                                                                  ctx.main_grad, padded)
