@@ -13,37 +13,24 @@ from wgrad import reference
 from wgrad.scales import align_up, num_k_blocks
 
 from helpers import SEGMENT_CASES, on_poisoned_outputs
-from quant_helpers import sm90
+from quant_helpers import SCALE_NAN_BITS, bits, random_x, sm90
 
 OPS = torch.ops.wgrad
 OP = "quantize_fp8_1x128_both_segments_padded"
 PADS = [16, 32, 64, 128]
-SCALE_NAN_BITS = 0x7FC00000
 CASES = SEGMENT_CASES + [(0, [0])]
-
-
-def _random_x(rows, cols, dtype, seed):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn((rows, cols), generator=g, dtype=torch.float64)
-    x *= 10.0 ** torch.randint(-4, 5, (rows, 1), generator=g).double()
-    return x.to(dtype)
-
-
-def _bits(t):
-    t = t.detach().cpu().contiguous()
-    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t.view(torch.int32)
 
 
 def _full_q_t(q_t):
     """Every byte of q_t's storage rows, padding included."""
     ld = q_t.stride(0)
-    return _bits(q_t.as_strided((q_t.shape[0], ld), (ld, 1)))
+    return bits(q_t.as_strided((q_t.shape[0], ld), (ld, 1)))
 
 
 def _assert_same(name, got, expected):
     assert got.shape == expected.shape and got.stride() == expected.stride(), (name, got.shape, got.stride(),
                                                                               expected.shape, expected.stride())
-    g, e = (_full_q_t(got), _full_q_t(expected)) if name == "q_t" else (_bits(got), _bits(expected))
+    g, e = (_full_q_t(got), _full_q_t(expected)) if name == "q_t" else (bits(got), bits(expected))
     diff = (g != e).nonzero()
     assert diff.numel() == 0, f"{name}: {diff.shape[0]} elements differ, first at {diff[0].tolist()}"
 
@@ -67,19 +54,19 @@ def _check_against_two_casts(x, sizes, pad, outs, ue8m0=False):
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_cpu_is_the_two_casts(case, pad):
     rows, sizes = CASES[case]
-    x = _random_x(rows, 200, torch.bfloat16, seed=rows + len(sizes))
+    x = random_x(rows, 200, torch.bfloat16, seed=rows + len(sizes))
     s = torch.tensor(sizes, dtype=torch.int32)
     _check_against_two_casts(x, s, pad, OPS.quantize_fp8_1x128_both_segments_padded(x, s, pad, False))
 
 
 def test_cpu_against_the_reference():
     sizes = [100, 0, 37, 211]
-    x = _random_x(sum(sizes), 300, torch.float32, seed=3)
+    x = random_x(sum(sizes), 300, torch.float32, seed=3)
     q, s, q_t, s_t, padded = wgrad.quantize_fp8_1x128_both_segments_padded(x, sizes, pad=32, ue8m0=True)
     q_ref, s_ref = reference.quantize_fp8_1x128_rowwise_reference(x, True)
-    assert torch.equal(_bits(q), _bits(q_ref)) and torch.equal(_bits(s), _bits(s_ref))
+    assert torch.equal(bits(q), bits(q_ref)) and torch.equal(bits(s), bits(s_ref))
     qt_ref, st_ref, padded_ref = reference.quantize_fp8_1x128_colwise_segments_padded_reference(x, sizes, 32, True)
-    assert torch.equal(_bits(q_t), _bits(qt_ref)) and torch.equal(_bits(s_t), _bits(st_ref))
+    assert torch.equal(bits(q_t), bits(qt_ref)) and torch.equal(bits(s_t), bits(st_ref))
     assert padded.tolist() == list(padded_ref) and padded.tolist()[:3] == [128, 0, 64]
 
 
@@ -97,7 +84,7 @@ def test_meta_layouts():
 
 @pytest.mark.parametrize("shape", [(129, 130), (0, 5), (7, 0)])
 def test_opcheck(shape):
-    x = _random_x(*shape, torch.float32, seed=13)
+    x = random_x(*shape, torch.float32, seed=13)
     sizes = torch.tensor([shape[0], 0], dtype=torch.int32)
     torch.library.opcheck(OPS.quantize_fp8_1x128_both_segments_padded, (x, sizes, 32, True))
 
@@ -125,7 +112,7 @@ def test_bad_sizes_rejected_on_cpu():
 
 
 def test_python_api_flattens_and_converts_sizes():
-    x = _random_x(6 * 50, 256, torch.bfloat16, seed=17)
+    x = random_x(6 * 50, 256, torch.bfloat16, seed=17)
     outs = wgrad.quantize_fp8_1x128_both_segments_padded(x.view(6, 50, 256), [77, 223])
     _check_against_two_casts(x, torch.tensor([77, 223], dtype=torch.int32), 32, outs)
     with pytest.raises(ValueError, match="sizes"):
@@ -151,13 +138,13 @@ def _check_gpu(x, sizes, pad, ue8m0=False):
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_gpu_bit_exact(case, pad, dtype):
     rows, sizes = CASES[case]
-    _check_gpu(_random_x(rows, 1000, dtype, seed=rows + len(sizes)), sizes, pad)
+    _check_gpu(random_x(rows, 1000, dtype, seed=rows + len(sizes)), sizes, pad)
 
 
 @sm90
 def test_gpu_against_the_cpu_reference():
     sizes = [1000, 37, 0, 2963, 5, 1995]
-    x = _random_x(sum(sizes), 520, torch.bfloat16, seed=5)
+    x = random_x(sum(sizes), 520, torch.bfloat16, seed=5)
     outs = _check_gpu(x, sizes, 32, ue8m0=True)
     ref = OPS.quantize_fp8_1x128_both_segments_padded(x, torch.tensor(sizes, dtype=torch.int32), 32, True)
     for name, got, expected in zip(("q", "scales", "q_t", "scales_t", "padded_sizes"), outs, ref):
@@ -168,7 +155,7 @@ def test_gpu_against_the_cpu_reference():
 @pytest.mark.parametrize("cols", [8, 100, 264, 7168])
 def test_gpu_other_widths(cols):
     # C % 8 != 0: the row-wise and the generic kernels; 264: a partial column tile; 7168: DeepSeek-V3's hidden.
-    _check_gpu(_random_x(1000, cols, torch.bfloat16, seed=cols), [1, 127, 129, 3, 0, 740], 32)
+    _check_gpu(random_x(1000, cols, torch.bfloat16, seed=cols), [1, 127, 129, 3, 0, 740], 32)
 
 
 @sm90
@@ -178,7 +165,7 @@ def test_gpu_large_table_and_many_segments():
     g = torch.Generator().manual_seed(9)
     cuts = torch.randint(0, 6001, (2999,), generator=g).sort().values
     bounds = torch.cat([torch.tensor([0]), cuts, torch.tensor([6000])])
-    _check_gpu(_random_x(6000, 136, torch.bfloat16, seed=10), (bounds[1:] - bounds[:-1]).tolist(), 32)
+    _check_gpu(random_x(6000, 136, torch.bfloat16, seed=10), (bounds[1:] - bounds[:-1]).tolist(), 32)
 
 
 @sm90
@@ -186,27 +173,27 @@ def test_gpu_large_table_and_many_segments():
 def test_gpu_table_boundaries(groups):
     # 32 segments: the warps' scan; 33 and 256: the CTA-wide scan (every other segment empty).
     sizes = [0 if g % 2 else 17 + 61 * (g % 40) for g in range(groups)]
-    _check_gpu(_random_x(sum(sizes), 264, torch.bfloat16, seed=groups), sizes, 32)
+    _check_gpu(random_x(sum(sizes), 264, torch.bfloat16, seed=groups), sizes, 32)
 
 
 @sm90
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_invalid_sizes(dtype):
     # The column-wise scales become NaN (q_t unwritten); the row-wise outputs do not depend on the sizes.
-    x = _random_x(3000, 384, dtype, seed=7).cuda()
+    x = random_x(3000, 384, dtype, seed=7).cuda()
     for sizes in ([1000, 1000, 999], [2000, -1, 1001], [3001, 0]):
         sg = torch.tensor(sizes, dtype=torch.int32, device="cuda")
         (q, s, _, s_t, _), _ = on_poisoned_outputs(lambda: OPS.quantize_fp8_1x128_both_segments_padded(x, sg, 32, False))
         q_r, s_r = OPS.quantize_fp8_1x128_rowwise(x, False)
         _assert_same("q", q, q_r)
         _assert_same("scales", s, s_r)
-        assert bool((_bits(s_t) == SCALE_NAN_BITS).all()), sizes
+        assert bool((bits(s_t) == SCALE_NAN_BITS).all()), sizes
 
 
 @sm90
 def test_gpu_graph_replay_with_new_sizes():
     # No host synchronisation: captured once, replayed with other sizes written into the same tensor.
-    x = _random_x(3000, 256, torch.bfloat16, seed=31).cuda()
+    x = random_x(3000, 256, torch.bfloat16, seed=31).cuda()
     sizes = torch.tensor([1000, 1000, 1000], dtype=torch.int32, device="cuda")
     OPS.quantize_fp8_1x128_both_segments_padded(x, sizes, 32, False)  # warm-up outside the capture
     torch.cuda.synchronize()
