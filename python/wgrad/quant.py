@@ -118,22 +118,23 @@ def _segments_cpu(x, sizes, ue8m0=False):
     return _q_t_holding(q_ref), _mn_major_copy(s_ref)
 
 
-@torch.library.register_kernel(f"{_LIB}::{_PADDED}", "cpu")
-def _padded_cpu(x, sizes, pad=32, ue8m0=False):
-    torch.ops.wgrad._check_quantize_fp8_1x128_segments_padded(x, sizes, pad)
+def _padded_outputs_cpu(x, sizes, pad, ue8m0):
     q_ref, s_ref, padded = reference.quantize_fp8_1x128_colwise_segments_padded_reference(x, sizes.tolist(), pad,
                                                                                           ue8m0)
     return _q_t_holding(q_ref), _mn_major_copy(s_ref), torch.tensor(padded, dtype=torch.int32)
+
+
+@torch.library.register_kernel(f"{_LIB}::{_PADDED}", "cpu")
+def _padded_cpu(x, sizes, pad=32, ue8m0=False):
+    torch.ops.wgrad._check_quantize_fp8_1x128_segments_padded(x, sizes, pad)
+    return _padded_outputs_cpu(x, sizes, pad, ue8m0)
 
 
 @torch.library.register_kernel(f"{_LIB}::{_BOTH_PADDED}", "cpu")
 def _both_padded_cpu(x, sizes, pad=32, ue8m0=False):
     torch.ops.wgrad._check_quantize_fp8_1x128_both_segments_padded(x, sizes, pad)
     q, s = reference.quantize_fp8_1x128_rowwise_reference(x, ue8m0)
-    q_ref, s_ref, padded = reference.quantize_fp8_1x128_colwise_segments_padded_reference(x, sizes.tolist(), pad,
-                                                                                          ue8m0)
-    return (q, _mn_major_copy(s), _q_t_holding(q_ref), _mn_major_copy(s_ref),
-            torch.tensor(padded, dtype=torch.int32))
+    return (q, _mn_major_copy(s), *_padded_outputs_cpu(x, sizes, pad, ue8m0))
 
 
 @torch.library.register_kernel(f"{_LIB}::{_BLOCKWISE}", "cpu")
