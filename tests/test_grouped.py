@@ -240,6 +240,20 @@ def test_api_contiguous_scale_views(view):
         assert_fp32_of(out[g], ref)
 
 
+def test_cpu_packed_scales_block_count_checked_against_ks():
+    """The packed entry point takes the scales' block count as given (no loop over the groups in Python):
+    a count that does not match sum_g ceil(K_g / 128), in either orientation, is rejected by the op's check,
+    a scale tensor that is not 2-D by name, and out is left as it was."""
+    op = make_packed(64, 48, [128, 256, 16])
+    out = torch.zeros(3, 64, 48)
+    for sa in (op.sa[:, :-1], op.sa.t().contiguous()[:-1]):
+        with pytest.raises(RuntimeError, match=r"sa must have shape \[64, 4\]"):
+            wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((op.a, sa), (op.b, op.sb), out, op.ks)
+    with pytest.raises(ValueError, match=r"sb must be 2-D \[48, blocks\] or \[blocks, 48\], got shape \(4,\)"):
+        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((op.a, op.sa), (op.b, op.sb[0]), out, op.ks)
+    assert torch.count_nonzero(out) == 0
+
+
 # ------------------------------------------------------------------ GPU (SM90) ----------------------
 
 GPU_GROUPS = [1, 2, 8, 64, 1024]

@@ -28,7 +28,7 @@ def as_ints(values, name: str) -> List[int]:
     is formatted per element: a call with 64 group sizes stays a few microseconds); anything else goes element
     by element, the first non-integer named."""
     values = list(values)
-    if all(type(v) is int for v in values):  # (bool is not int here: type(True) is bool)
+    if set(map(type, values)) <= {int}:  # (bool is not int here: type(True) is bool)
         return values
     return [as_int(v, f"{name}[{i}]") for i, v in enumerate(values)]
 

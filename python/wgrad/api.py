@@ -14,7 +14,7 @@ import torch
 
 from . import _ops
 from ._args import as_int, as_ints
-from .scales import SCALE_BLOCK_K, num_k_blocks, to_mn_major_scales
+from .scales import num_k_blocks, to_mn_major_scales
 
 Operand = Tuple[torch.Tensor, torch.Tensor]
 
@@ -76,18 +76,21 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.
     ks = as_ints(batch_sizes, "batch_sizes")
     _check_grouped_out(out)
     m, n = out.shape[-2], out.shape[-1]
-    # (A negative K_g counts no block here; the op's check names it.)
-    kb = sum((k + SCALE_BLOCK_K - 1) // SCALE_BLOCK_K for k in ks if k > 0)
-    sa = to_mn_major_scales(sa, m, kb, "sa")
-    sb = to_mn_major_scales(sb, n, kb, "sb")
+    # The scales' block count as given (no per-call loop over the groups): the op's check holds it to
+    # sum_g ceil(K_g / 128).
+    sa = _scales_as_given(sa, m, "sa")
+    sb = _scales_as_given(sb, n, "sb")
     a, b = a.reshape(-1), b.reshape(-1)
     _accumulate_into(out, c, lambda: _ops._packed_fake(a, sa, b, sb, out, ks))
     torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(a, sa, b, sb, out, ks)
 
 
-def _block_columns(s: torch.Tensor, mn: int) -> int:
-    # Scales come as [mn, blocks] or [blocks, mn]; when mn == blocks both read the same.
-    return s.shape[1] if s.dim() == 2 and s.shape[0] == mn else s.shape[0]
+def _scales_as_given(s: torch.Tensor, mn: int, name: str) -> torch.Tensor:
+    """Scales of [mn, blocks] or [blocks, mn] (when mn == blocks both read the same), with the block count
+    they have, in the MN-major layout."""
+    if s.dim() != 2:
+        raise ValueError(f"{name} must be 2-D [{mn}, blocks] or [blocks, {mn}], got shape {tuple(s.shape)}")
+    return to_mn_major_scales(s, mn, s.shape[1] if s.shape[0] == mn else s.shape[0], name)
 
 
 def _contiguous_operands(lhs: Operand, rhs: Operand) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -96,8 +99,7 @@ def _contiguous_operands(lhs: Operand, rhs: Operand) -> Tuple[torch.Tensor, torc
     b, sb = rhs
     _check_2d(a, "a", "M, K_total")
     _check_2d(b, "b", "N, K_total")
-    return (a, to_mn_major_scales(sa, a.shape[0], _block_columns(sa, a.shape[0]), "sa"),
-            b, to_mn_major_scales(sb, b.shape[0], _block_columns(sb, b.shape[0]), "sb"))
+    return a, _scales_as_given(sa, a.shape[0], "sa"), b, _scales_as_given(sb, b.shape[0], "sb")
 
 
 def check_group_sizes(group_sizes: Union[torch.Tensor, Sequence[int]], k_total: int) -> None:
