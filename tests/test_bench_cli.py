@@ -180,13 +180,14 @@ def test_cli_report_json_and_exit_status(monkeypatch, capsys, tmp_path):
     doc = json.loads(path.read_text())
     assert list(doc) == ["torch", "cuda", "device", "sm_count", "wgrad", "reps", "warmup", "l2_flush_bytes",
                          "bytes_note", "fp8_max_rel_err", "bf16_max_rel_err", "machine_rates", "dense", "grouped",
-                         "geomean", "quant", "quant_unavailable", "layers", "m_grouped", "stopped_by", "failed"]
+                         "geomean", "quant", "quant_unavailable", "layers", "m_grouped", "m_grouped_machine_rates",
+                         "stopped_by", "failed"]
     assert doc["machine_rates"]["fp8_tflops"] == 1300.0 and doc["machine_rates"]["copy_gbps"] == 3000.0
     assert doc["torch"] == torch.__version__ and "device" in doc and doc["failed"] == 0
     assert [r["impl"] for r in doc["dense"]] == ["ours", "cublas", "bf16"] and doc["grouped"] == []
     assert doc["geomean"]["dense"]["ours"]["tflops"] == pytest.approx(2.0)
     assert doc["quant"] is None and doc["quant_unavailable"] is None and doc["layers"] == []
-    assert doc["m_grouped"] == []
+    assert doc["m_grouped"] == [] and doc["m_grouped_machine_rates"] is None
 
     _fake_sm90(monkeypatch, dense_rows=[_row("64x32x128", "ours", status="FAIL", message="rel. err 3e-3 > 2e-4")])
     assert cli.main(["--shape", "64,32,128"]) == 1

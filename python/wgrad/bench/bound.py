@@ -112,13 +112,22 @@ def rates_line(rates: MachineRates) -> str:
             f"read + write)")
 
 
+def bound_of(flops: float, nbytes: float, rates: Optional[MachineRates]) -> Optional[Tuple[float, str]]:
+    """(bound in ms, "math" or "memory": which term is the larger) of `flops` and `nbytes`; None without
+    both rates."""
+    if rates is None or not rates.complete():
+        return None
+    math_ms = flops / (rates.fp8_tflops * 1e12) * 1e3
+    memory_ms = nbytes / (rates.copy_gbps * 1e9) * 1e3
+    return max(math_ms, memory_ms), "math" if math_ms >= memory_ms else "memory"
+
+
 def fill_bound(row: dict, rates: Optional[MachineRates]) -> None:
     """`bound_ms`, `pct_bound` and `binds` ("math" or "memory") of a timed row; left None without both
     rates or without a time."""
-    if rates is None or not rates.complete() or not row.get("ms") or row.get("flops") is None:
+    if not row.get("ms") or row.get("flops") is None:
         return
-    math_ms = row["flops"] / (rates.fp8_tflops * 1e12) * 1e3
-    memory_ms = row["bytes"] / (rates.copy_gbps * 1e9) * 1e3
-    bound_ms = max(math_ms, memory_ms)
-    row.update(bound_ms=bound_ms, pct_bound=100.0 * bound_ms / row["ms"],
-               binds="math" if math_ms >= memory_ms else "memory")
+    bound = bound_of(row["flops"], row["bytes"], rates)
+    if bound is None:
+        return
+    row.update(bound_ms=bound[0], pct_bound=100.0 * bound[0] / row["ms"], binds=bound[1])

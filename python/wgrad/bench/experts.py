@@ -9,7 +9,9 @@ has without it, in one process on identical operands:
 
 GPU time with the host's enqueue hidden (layers.time_interleaved), L2 flushed before every call, medians; the
 host's enqueue time as its own column. Errors: relative Frobenius distance of each FP8 output to the fp32
-product of the dequantized operands.
+product of the dequantized operands. `% bound`: how close each FP8 row comes to max(FLOPs at the tensor-wise
+FP8 rate, bytes at the copy rate), both rates measured at the start of the suite in the same process
+(wgrad.bench.bound); the bytes are a, b, their scales and out, each moved once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from .. import quant, reference
 from ..api import m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
 from ..nn import _recipe
+from .bound import MachineRates, bound_of, measure_rates, rates_line
 from .common import ProgressFn
 from .layers import _rel, time_interleaved, uneven_split
 from .suite import Suite, SuiteRun
@@ -52,6 +55,11 @@ class ExpertsRow:
     loop_host_us: float
     ours_err: float
     loop_err: float
+    bound_ms: Optional[float] = None  # max(FLOPs at the tensor-wise FP8 rate, bytes at the copy rate)
+    binds: Optional[str] = None       # "math" or "memory": the larger term
+
+    def pct_bound(self, ms: float) -> Optional[float]:
+        return None if self.bound_ms is None else 100.0 * self.bound_ms / ms
 
     @property
     def vs_loop(self) -> float:
@@ -62,7 +70,15 @@ class ExpertsRow:
         return self.bf16_ms / self.ours_ms
 
 
-def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush: torch.Tensor) -> ExpertsRow:
+def moved_bytes(experts: int, n: int, k: int, tokens: int) -> int:
+    """What one call must move at least: a and its 1x128 scales, b and its 128x128 block scales, read once, and
+    the bf16 out written once."""
+    kb = -(-k // 128)
+    return tokens * k + 4 * tokens * kb + experts * n * k + 4 * experts * -(-n // 128) * kb + 2 * tokens * n
+
+
+def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush: torch.Tensor,
+                    rates: Optional[MachineRates] = None) -> ExpertsRow:
     torch.manual_seed(0)
     split = uneven_split(tokens, experts, seed=experts)
     sizes = torch.tensor(split, dtype=torch.int32, device="cuda")
@@ -114,18 +130,19 @@ def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush:
     errs = [_rel(out, ref), _rel(loop_out, ref)]
     del ref, deq_a
     times = time_interleaved({"ours": ours, "loop": loop, "bf16": bf16}, reps, flush)
+    bound = bound_of(2.0 * tokens * n * k, moved_bytes(experts, n, k, tokens), rates) or (None, None)
     return ExpertsRow(f"{experts} x {k}->{n}, {tokens} tokens", 2.0 * tokens * n * k / 1e12,
                       times["ours"].gpu_ms, times["loop"].gpu_ms, times["bf16"].gpu_ms,
-                      1e3 * times["ours"].host_ms, 1e3 * times["loop"].host_ms, errs[0], errs[1])
+                      1e3 * times["ours"].host_ms, 1e3 * times["loop"].host_ms, errs[0], errs[1], *bound)
 
 
 def run_m_grouped(reps: int = DEFAULT_REPS, shapes: Sequence[Tuple[int, int, int, int]] = M_GROUPED_SHAPES,
                   progress: Callable[[str], None] = lambda s: None,
-                  out: Optional[List[ExpertsRow]] = None) -> List[ExpertsRow]:
+                  out: Optional[List[ExpertsRow]] = None, rates: Optional[MachineRates] = None) -> List[ExpertsRow]:
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
     rows = out if out is not None else []
     for shape in shapes:
-        rows.append(bench_m_grouped(*shape, reps, flush))
+        rows.append(bench_m_grouped(*shape, reps, flush, rates))
         progress(format_row(rows[-1]))
         torch.cuda.empty_cache()
     return rows
@@ -133,15 +150,19 @@ def run_m_grouped(reps: int = DEFAULT_REPS, shapes: Sequence[Tuple[int, int, int
 
 def format_row(r: ExpertsRow) -> str:
     tf = lambda ms: r.tflop / (ms * 1e-3)
+    if r.bound_ms is None:
+        bound = "n/a"
+    else:
+        bound = f"{r.pct_bound(r.ours_ms):.1f} / {r.pct_bound(r.loop_ms):.1f} ({r.binds})"
     return (f"| {r.label} | {r.ours_ms:.3f} ({tf(r.ours_ms):.0f}) | {r.loop_ms:.3f} ({tf(r.loop_ms):.0f}) | "
-            f"{r.bf16_ms:.3f} ({tf(r.bf16_ms):.0f}) | {r.vs_loop:.2f} | {r.vs_bf16:.2f} | "
+            f"{r.bf16_ms:.3f} ({tf(r.bf16_ms):.0f}) | {r.vs_loop:.2f} | {r.vs_bf16:.2f} | {bound} | "
             f"{r.ours_host_us:.0f} / {r.loop_host_us:.0f} | {r.ours_err:.1e} / {r.loop_err:.1e} |")
 
 
 def experts_table(rows: Sequence[ExpertsRow]) -> str:
     lines = ["| shape | wgrad m-grouped ms (TFLOPS) | scaled_mm loop ms (TFLOPS) | bf16 grouped_mm ms (TFLOPS) | "
-             "vs loop | vs bf16 | host us (ours / loop) | rel. error (ours / loop) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "vs loop | vs bf16 | % bound (ours / loop) | host us (ours / loop) | rel. error (ours / loop) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     lines += [format_row(r) for r in rows]
     for name, attr in (("scaled_mm loop", "vs_loop"), ("bf16 grouped_mm", "vs_bf16")):
         vals = [getattr(r, attr) for r in rows]
@@ -164,17 +185,25 @@ class ExpertsRun(SuiteRun):
     def __init__(self, args: argparse.Namespace, by_default: bool):
         self.wanted = bool(args.m_grouped)
         self.rows: List[ExpertsRow] = []
+        self.rates: Optional[MachineRates] = None
 
     def run(self, args: argparse.Namespace, progress: ProgressFn) -> None:
-        run_m_grouped(reps=args.reps, progress=progress, out=self.rows)
+        # Once, before any row, on the GPU the rows run on: every row's bound is a same-run figure.
+        self.rates = measure_rates(progress=progress)
+        run_m_grouped(reps=args.reps, progress=progress, out=self.rows, rates=self.rates)
 
     def report(self) -> List[str]:
         if not self.wanted:
             return []
-        return ["", "m-grouped expert GEMM (bf16 out)", experts_table(self.rows) if self.rows else "(no rows)"]
+        lines = ["", "m-grouped expert GEMM (bf16 out)", experts_table(self.rows) if self.rows else "(no rows)"]
+        if self.rates is not None:
+            lines += ["", f"machine rates, measured in this process: {rates_line(self.rates)}"]
+        return lines
 
     def json(self):
-        return dict(m_grouped=[dict(dataclasses.asdict(r), vs_loop=r.vs_loop, vs_bf16=r.vs_bf16) for r in self.rows])
+        rows = [dict(dataclasses.asdict(r), vs_loop=r.vs_loop, vs_bf16=r.vs_bf16, pct_bound_ours=r.pct_bound(r.ours_ms),
+                     pct_bound_loop=r.pct_bound(r.loop_ms)) for r in self.rows]
+        return dict(m_grouped=rows, m_grouped_machine_rates=self.rates.json() if self.rates is not None else None)
 
     def _bad(self) -> List[ExpertsRow]:
         return [r for r in self.rows if not (r.ours_err <= MAX_REL_ERROR)]
