@@ -27,6 +27,7 @@ import torch
 from .. import quant, reference
 from ..api import m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
 from ..nn import _recipe
+from ..scales import SCALE_BLOCK_K, ceil_div, num_k_blocks
 from .bound import MachineRates, bound_of, measure_rates, rates_line
 from .common import ProgressFn
 from .layers import _rel, time_interleaved, uneven_split
@@ -73,8 +74,9 @@ class ExpertsRow:
 def moved_bytes(experts: int, n: int, k: int, tokens: int) -> int:
     """What one call must move at least: a and its 1x128 scales, b and its 128x128 block scales, read once, and
     the bf16 out written once."""
-    kb = -(-k // 128)
-    return tokens * k + 4 * tokens * kb + experts * n * k + 4 * experts * -(-n // 128) * kb + 2 * tokens * n
+    kb = num_k_blocks(k)
+    return (tokens * k + 4 * tokens * kb + experts * n * k + 4 * experts * ceil_div(n, SCALE_BLOCK_K) * kb
+            + 2 * tokens * n)
 
 
 def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush: torch.Tensor,
@@ -130,8 +132,9 @@ def bench_m_grouped(experts: int, n: int, k: int, tokens: int, reps: int, flush:
     errs = [_rel(out, ref), _rel(loop_out, ref)]
     del ref, deq_a
     times = time_interleaved({"ours": ours, "loop": loop, "bf16": bf16}, reps, flush)
-    bound = bound_of(2.0 * tokens * n * k, moved_bytes(experts, n, k, tokens), rates) or (None, None)
-    return ExpertsRow(f"{experts} x {k}->{n}, {tokens} tokens", 2.0 * tokens * n * k / 1e12,
+    flops = 2.0 * tokens * n * k
+    bound = bound_of(flops, moved_bytes(experts, n, k, tokens), rates) or (None, None)
+    return ExpertsRow(f"{experts} x {k}->{n}, {tokens} tokens", flops / 1e12,
                       times["ours"].gpu_ms, times["loop"].gpu_ms, times["bf16"].gpu_ms,
                       1e3 * times["ours"].host_ms, 1e3 * times["loop"].host_ms, errs[0], errs[1], *bound)
 
