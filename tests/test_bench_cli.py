@@ -162,7 +162,7 @@ RATES = bound.MachineRates(1300.0, 3000.0, (8192, 8192, 8192), 1 << 30)
 
 def _fake_sm90(monkeypatch, dense_rows=(), grouped_rows=()):
     monkeypatch.setattr(cli, "sm90_problem", lambda: None)
-    monkeypatch.setattr(gemm, "measure_rates", lambda **k: RATES)
+    monkeypatch.setattr(gemm, "process_rates", lambda **k: RATES)
     monkeypatch.setattr(gemm, "run_dense", lambda *a, rows, **k: rows.extend(dict(r) for r in dense_rows))
     monkeypatch.setattr(gemm, "run_grouped", lambda *a, rows, **k: rows.extend(dict(r) for r in grouped_rows))
 

@@ -272,6 +272,20 @@ def test_machine_rates_are_measured_the_same_way_on_a_cpu():
     assert "TFLOPS (64x64x64)" in bound.rates_line(rates) and "GB/s" in bound.rates_line(rates)
 
 
+def test_process_rates_are_measured_once_per_device(monkeypatch):
+    calls = []
+
+    def measure(device, progress=None):
+        calls.append(device)
+        return _rates(tflops=1000.0 + len(calls))
+
+    monkeypatch.setattr(bound, "_PROCESS_RATES", {})
+    monkeypatch.setattr(bound, "measure_rates", measure)
+    first = bound.process_rates("cpu")
+    assert bound.process_rates(torch.device("cpu")) is first and first.fp8_tflops == 1001.0
+    assert calls == [torch.device("cpu")]
+
+
 def test_a_rate_that_cannot_be_measured_is_a_reason_not_an_error(monkeypatch):
     def no_fp8(*args):
         raise RuntimeError("_scaled_mm: tensor-wise FP8 needs an SM89+ GPU\nmore")

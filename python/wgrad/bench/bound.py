@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -102,6 +102,21 @@ def measure_rates(device="cuda", *, gemm_size: int = RATE_GEMM_SIZE, copy_bytes:
     free_cached(device)
     progress("  " + rates_line(rates))
     return rates
+
+
+# process_rates' measurements, one per GPU.
+_PROCESS_RATES: Dict[torch.device, MachineRates] = {}
+
+
+def process_rates(device="cuda", progress: Optional[ProgressFn] = None) -> MachineRates:
+    """`measure_rates(device)` as measured at the first call in this process: every suite of a command line
+    (the GEMM tables, the m-grouped table) stands against the same rates, measured once."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device not in _PROCESS_RATES:
+        _PROCESS_RATES[device] = measure_rates(device, progress=progress)
+    return _PROCESS_RATES[device]
 
 
 def rates_line(rates: MachineRates) -> str:

@@ -10,8 +10,9 @@ has without it, in one process on identical operands:
 GPU time with the host's enqueue hidden (layers.time_interleaved), L2 flushed before every call, medians; the
 host's enqueue time as its own column. Errors: relative Frobenius distance of each FP8 output to the fp32
 product of the dequantized operands. `% bound`: how close each FP8 row comes to max(FLOPs at the tensor-wise
-FP8 rate, bytes at the copy rate), both rates measured at the start of the suite in the same process
-(wgrad.bench.bound); the bytes are a, b, their scales and out, each moved once.
+FP8 rate, bytes at the copy rate), both rates measured once in the process, before the first row, and shared
+with the GEMM tables (wgrad.bench.bound.process_rates); the bytes are a, b, their scales and out, each moved
+once.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .. import quant, reference
 from ..api import m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
 from ..nn import _recipe
 from ..scales import SCALE_BLOCK_K, ceil_div, num_k_blocks
-from .bound import MachineRates, bound_of, measure_rates, rates_line
+from .bound import MachineRates, bound_of, process_rates, rates_line
 from .common import ProgressFn
 from .layers import _rel, time_interleaved, uneven_split
 from .suite import Suite, SuiteRun
@@ -191,8 +192,9 @@ class ExpertsRun(SuiteRun):
         self.rates: Optional[MachineRates] = None
 
     def run(self, args: argparse.Namespace, progress: ProgressFn) -> None:
-        # Once, before any row, on the GPU the rows run on: every row's bound is a same-run figure.
-        self.rates = measure_rates(progress=progress)
+        # Before any row, on the GPU the rows run on (once per process: process_rates), so that every
+        # row's bound is a same-run figure.
+        self.rates = process_rates(progress=progress)
         run_m_grouped(reps=args.reps, progress=progress, out=self.rows, rates=self.rates)
 
     def report(self) -> List[str]:

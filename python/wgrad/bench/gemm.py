@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from . import shapes as _shapes
-from .bound import MachineRates, measure_rates, rates_line
+from .bound import MachineRates, process_rates, rates_line
 from .common import ProgressFn, format_shape, is_cuda_fault, silent
 from .impls import (DEEPGEMM, DEEPGEMM_GROUPED, DENSE_IMPLS, GROUP_DENSE_IMPL, GROUPED_IMPLS, IMPL_NAMES,
                     group_dense_impl)
@@ -203,8 +203,9 @@ class GemmRun(SuiteRun):
         self.rates: Optional[MachineRates] = None
 
     def run(self, args: argparse.Namespace, progress: ProgressFn) -> None:
-        # Once, before any row, on the GPU the rows run on: every row's bound is a same-run figure.
-        self.rates = measure_rates(progress=progress)
+        # Before any row, on the GPU the rows run on (once per process: process_rates), so that every
+        # row's bound is a same-run figure.
+        self.rates = process_rates(progress=progress)
         if self.dense:
             run_dense(self.dense, args.impl, args.reps, args.warmup, seed=args.seed, progress=progress,
                       rows=self.dense_rows, rates=self.rates)
