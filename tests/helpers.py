@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
@@ -308,6 +308,22 @@ def on_poisoned_outputs(call, attempts: int = 4):
 
 
 # ------------------------------------------------------------------ multi-process (gloo) ----------------
+
+
+def capture_graph(fn, warmup: int = 1) -> Tuple["torch.cuda.CUDAGraph", object]:
+    """fn() run `warmup` times on a side stream (lazy initialisation, autograd's and the allocator's first
+    calls stay outside the graph), then captured: (the graph, what the captured call returned, whose tensors
+    every replay rewrites)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = fn()
+    return graph, result
 
 
 def spawn_ranks(worker, world: int, tmp: Path, *args) -> List[object]:

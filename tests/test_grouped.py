@@ -20,6 +20,7 @@ from helpers import (
     assert_fp32_of,
     bits,
     blockwise_reference,
+    capture_graph,
     contiguous_group_references,
     group_block_starts,
     ks_tensor,
@@ -359,14 +360,8 @@ def test_gpu_contiguous_cuda_graph_replay_with_new_sizes(dummy):
     sizes = ks_tensor(ks1, "cuda")
     out = new_out(8, m, n, device="cuda")
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up outside the graph (lazy initialisation, if any)
-        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous((static.a, static.sa), (static.b, static.sb), out, sizes)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous((static.a, static.sa), (static.b, static.sb), out, sizes)
+    graph, _ = capture_graph(lambda: wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(
+        (static.a, static.sa), (static.b, static.sb), out, sizes))
 
     for ks, seed in ((ks1, 1), (ks2, 2), (ks3, 3), (ks1, 4)):
         fresh = make_contiguous(m, n, ks, device="cuda", seed=seed)
@@ -380,6 +375,41 @@ def test_gpu_contiguous_cuda_graph_replay_with_new_sizes(dummy):
                 assert torch.all(out[g] == 0), f"sizes {ks}: empty group {g} written"
             else:
                 assert rel_frobenius(out[g], ref) <= GPU_REL_TOL, f"sizes {ks}: group {g}"
+
+
+@pytest.mark.parametrize("dummy", [pytest.param(0, marks=GPU_MARKS)])
+def test_gpu_packed_calls_keep_their_own_descriptors(dummy):
+    """Every packed call carries its groups' descriptors: calls queued back to back with other splits (other
+    group counts, two launches past 96 groups) each read their own, and a CUDA graph replays its captured
+    split on new data after eager calls with other descriptors."""
+    m, n = 136, 200
+    splits = [[1024, 0, 2048], [16] * 64 + [2048], [3072], [32] * 96, [16] * 192, [16, 3040, 16], [2048, 1024]]
+    assert all(sum(ks) == 3072 for ks in splits)
+    ops = [make_packed(m, n, ks, device="cuda", seed=20 + i) for i, ks in enumerate(splits)]
+    outs = [new_out(len(op.ks), m, n, device="cuda") for op in ops]
+    for op, out in zip(ops, outs):  # all queued before any result is read
+        PACKED(*op.args(), out, op.ks)
+    for op, out in zip(ops, outs):
+        for g, (k, ref) in enumerate(zip(op.ks, packed_group_references(op, m, n, reference.wgrad_gemm_reference))):
+            if k == 0:
+                assert torch.all(out[g] == 0), f"split {op.ks}: empty group {g} written"
+            else:
+                assert rel_frobenius(out[g], ref) <= GPU_REL_TOL, f"split {op.ks}: group {g}"
+
+    ks = [48, 0, 1024, 2000]
+    static = make_packed(m, n, ks, device="cuda", seed=30)
+    out = new_out(len(ks), m, n, device="cuda")
+    graph, _ = capture_graph(lambda: PACKED(*static.args(), out, ks))
+    for seed in (31, 32):
+        fresh = make_packed(m, n, ks, device="cuda", seed=seed)
+        for dst, src in zip(static.args(), fresh.args()):
+            dst.copy_(src)
+        PACKED(*ops[4].args(), outs[4], ops[4].ks)  # other descriptors, eager
+        out.fill_(0.0)
+        graph.replay()
+        for g, (k, ref) in enumerate(zip(ks, packed_group_references(fresh, m, n, reference.wgrad_gemm_reference))):
+            if k:
+                assert rel_frobenius(out[g], ref) <= GPU_REL_TOL, f"replay, group {g}"
 
 
 @pytest.mark.parametrize("dummy", [pytest.param(0, marks=GPU_MARKS)])
@@ -407,6 +437,39 @@ def test_gpu_contiguous_unaligned_groups_keep_to_their_columns(dummy):
             rows[row] = False
         assert torch.all(torch.isfinite(out[g][rows])), f"a NaN leaked into group {g}"
         assert rel_frobenius(out[g][rows], ref[rows]) <= GPU_REL_TOL, f"group {g}"
+
+
+@pytest.mark.parametrize("dummy", [pytest.param(0, marks=GPU_MARKS)])
+def test_gpu_contiguous_partial_last_blocks_read_only_their_group(dummy):
+    """A group that ends inside a 128-wide block is followed there by the next group's tokens: for every
+    count of valid columns (k32 steps 1 to 4, ends inside and at the edge of a 16-byte chunk), a NaN in the
+    first token of the next group, in a and in b, reaches only that group's row and column."""
+    m, n = 136, 168
+    ks = [16, 32, 48, 64, 80, 96, 112, 144, 176, 40, 24, 200, 33, 7, 256, 120, 16]
+    op = make_contiguous(m, n, ks, device="cuda", seed=12)
+    refs = contiguous_group_references(op, reference.wgrad_gemm_reference)
+    row, col = 5, 77
+    starts = [sum(ks[:g]) for g in range(len(ks))]
+    for g in range(1, len(ks)):
+        op.a[row, starts[g]] = float("nan")
+        op.b[col, starts[g]] = float("nan")
+    sizes = ks_tensor(ks, "cuda")
+    out = torch.zeros(len(ks), m, n, device="cuda")
+    CONTIG(*op.args(), out, sizes)
+    for g, (k, ref) in enumerate(zip(ks, refs)):
+        keep = torch.ones(m, n, dtype=torch.bool, device="cuda")
+        if g > 0:
+            assert torch.all(torch.isnan(out[g, row])) and torch.all(torch.isnan(out[g, :, col])), \
+                f"the NaN of group {g}'s first token is lost"
+            keep[row] = False
+            keep[:, col] = False
+        assert torch.all(torch.isfinite(out[g][keep])), f"a NaN leaked into group {g} (K_g = {k})"
+        assert rel_frobenius(out[g][keep], ref[keep]) <= GPU_REL_TOL, f"group {g} (K_g = {k})"
+    # The bf16 form runs the same mainloop: the same NaNs, and elsewhere the fp32 sums rounded.
+    out16 = wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous((op.a, op.sa), (op.b, op.sb), sizes)
+    assert torch.equal(torch.isnan(out16), torch.isnan(out))
+    finite = ~torch.isnan(out)
+    assert torch.equal(bits(out16[finite]), bits(out[finite].to(torch.bfloat16)))
 
 
 @pytest.mark.parametrize("dummy", [pytest.param(0, marks=GPU_MARKS)])

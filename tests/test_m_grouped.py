@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import wgrad
-from helpers import FP8, bits, generator, gpu, rand_fp8, rand_scales, rand_scale_values, rel_frobenius
+from helpers import FP8, bits, capture_graph, generator, gpu, rand_fp8, rand_scales, rand_scale_values, rel_frobenius
 from test_gemm import OPCHECK_UTILS
 
 OP = torch.ops.wgrad.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
@@ -173,6 +173,9 @@ GPU_CASES = [
     ([33], 16, 16),
     ([5, 250, 0], 4000, 384),
     ([200, 77], 2112, 896),  # the last tile's second warpgroup lies wholly past N
+    # last row tiles of 64, 65, 4, 61, 63, 67 and 64 of the group's rows (tiles start at a multiple of 4):
+    # groups that end on either side of the tile's m64 halves
+    ([64, 65, 3, 61, 62, 192, 189], 384, 640),
 ]
 
 
@@ -240,10 +243,7 @@ def test_gpu_cuda_graph_replays_with_new_sizes():
     n, k = 256, 512
     a, sa, b, sb, ks = _operands([200, 56, 0, 0], n, k, device="cuda", seed=8)
     out = torch.empty(256, n, dtype=torch.bfloat16, device="cuda")
-    OP(a, sa, b, sb, out, ks)  # warm-up outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        OP(a, sa, b, sb, out, ks)
+    graph, _ = capture_graph(lambda: OP(a, sa, b, sb, out, ks))
     for sizes in ([0, 0, 256, 0], [1, 2, 3, 250], [128, 0, 0, 128]):
         ks.copy_(torch.tensor(sizes, dtype=torch.int32))
         out.fill_(float("nan"))

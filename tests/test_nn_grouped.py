@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import nn_reference
-from helpers import gpu, rel_frobenius
+from helpers import capture_graph, gpu, rel_frobenius
 from wgrad.nn import Fp8GroupedLinear, fp8_grouped_linear
 
 
@@ -168,16 +168,12 @@ def test_gpu_cuda_graph_with_changing_group_sizes():
     x = torch.randn(600, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     sizes = torch.tensor([150, 150, 150, 150], device="cuda", dtype=torch.int32)
     dy = torch.randn(600, 128, device="cuda", dtype=torch.bfloat16)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            layer(x, sizes).backward(dy)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    def step():
         y = layer(x, sizes)
         y.backward(dy)
+        return y
+
+    graph, y = capture_graph(step, warmup=2)
     for split in ([600, 0, 0, 0], [1, 99, 0, 500], [200, 17, 383, 0]):
         sizes.copy_(torch.tensor(split))
         layer.weight.main_grad.zero_()

@@ -20,7 +20,7 @@ from torch import nn
 
 import nn_reference
 import wgrad
-from helpers import gpu, package_env, rel_frobenius
+from helpers import capture_graph, gpu, package_env, rel_frobenius
 from wgrad.nn import Fp8Linear, fp8_linear
 from wgrad.nn import _recipe
 
@@ -404,17 +404,13 @@ def test_gpu_two_backwards_into_main_grad_and_cache():
 def test_gpu_cuda_graph_replays_with_new_weights():
     layer = Fp8Linear(256, 128, dtype=torch.bfloat16, device="cuda")
     x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):  # warm-up outside the graph
-            layer(x).sum().backward()
-    torch.cuda.current_stream().wait_stream(stream)
-    layer.weight.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    def step():
+        layer.weight.grad = None  # the captured backward allocates the gradient in the graph's pool
         y = layer(x)
         y.sum().backward()
+        return y
+
+    graph, y = capture_graph(step, warmup=2)
     with torch.no_grad():
         layer.weight.add_(0.5)
     graph.replay()

@@ -12,7 +12,7 @@ import wgrad
 from wgrad import reference
 from wgrad.scales import align_up, num_k_blocks
 
-from helpers import SEGMENT_CASES, on_poisoned_outputs
+from helpers import SEGMENT_CASES, capture_graph, on_poisoned_outputs
 from quant_helpers import SCALE_NAN_BITS, bits, random_x, sm90
 
 OPS = torch.ops.wgrad
@@ -195,11 +195,7 @@ def test_gpu_graph_replay_with_new_sizes():
     # No host synchronisation: captured once, replayed with other sizes written into the same tensor.
     x = random_x(3000, 256, torch.bfloat16, seed=31).cuda()
     sizes = torch.tensor([1000, 1000, 1000], dtype=torch.int32, device="cuda")
-    OPS.quantize_fp8_1x128_both_segments_padded(x, sizes, 32, False)  # warm-up outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = OPS.quantize_fp8_1x128_both_segments_padded(x, sizes, 32, False)
+    graph, outs = capture_graph(lambda: OPS.quantize_fp8_1x128_both_segments_padded(x, sizes, 32, False))
     for new in ([1000, 1000, 1000], [7, 2900, 93], [0, 0, 3000]):
         sizes.copy_(torch.tensor(new, dtype=torch.int32))
         graph.replay()

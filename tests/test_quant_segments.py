@@ -12,7 +12,7 @@ import torch
 import wgrad
 from wgrad import reference
 
-from helpers import SEGMENT_CASES
+from helpers import SEGMENT_CASES, capture_graph
 from quant_helpers import (
     DTYPES,
     OPS,
@@ -142,14 +142,7 @@ def _capture_segments_cast(x, sizes, plan=None):
             return OPS.quantize_fp8_1x128_colwise_segments(x, sizes, False)
         return segments_with_plan(x, sizes, False, plan)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up outside the graph
-        cast()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        q_t, s_t = cast()
+    graph, (q_t, s_t) = capture_graph(cast)
     return graph, q_t, s_t
 
 

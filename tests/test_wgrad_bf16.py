@@ -17,6 +17,7 @@ import wgrad
 from helpers import (
     GPU_MARKS,
     bits,
+    capture_graph,
     ks_tensor,
     make_contiguous,
     make_dense,
@@ -193,14 +194,7 @@ def test_gpu_contiguous_cuda_graph_replay_with_new_sizes(dummy):
     op = make_contiguous(m, n, ks1, device="cuda", seed=1)
     sizes = ks_tensor(ks1, "cuda")
     out = bf16_out(8, m, n, device="cuda")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        CONTIG_BF16(*op.args(), out, sizes)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        CONTIG_BF16(*op.args(), out, sizes)
+    graph, _ = capture_graph(lambda: CONTIG_BF16(*op.args(), out, sizes))
     for ks in (ks2, ks1):
         sizes.copy_(ks_tensor(ks, "cuda"))
         out.fill_(float("nan"))

@@ -20,11 +20,13 @@ struct WorkTile {
   int k_block_base;  // first column of this group's blocks in the scale tensors
   int k_col;         // first K column of the group inside the A/B descriptors (contiguous-K)
   int tail_valid;    // contiguous-K only: valid columns of the last block when the group ends inside
-                     // it and the next group's columns follow (the consumers zero them); 0 otherwise
+                     // it and the next group's columns follow (the consumers zero those of the last k32
+                     // step they issue); 0 otherwise
   int k_shift;       // contiguous-K only: k_col % 16. Non-zero: TMA cannot start a box there, so the
                      // producer loads the 16-aligned window k_col + 128 kb - k_shift and shifts it
                      // into place in shared memory (MainloopSm90::shift_stages), zeroing past the group
-  int last_valid;    // contiguous-K only: valid columns of the last block (1 to 128)
+  int last_valid;    // contiguous-K only: valid columns of the last block (1 to 128); the consumers issue
+                     // only the k32 steps that hold them (MainloopSm90::mma_tile)
   int m0;            // first row of the tile in a (and in out)
   int m_begin;       // m-grouped only: the rows [m_begin, m_end) of the tile are its group's; the others
   int m_end;         // belong to the neighbouring groups and are not written

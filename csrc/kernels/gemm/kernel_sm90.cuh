@@ -318,7 +318,8 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
         // An empty group: an fp32 out[g] stays as it is, a bf16 one is written with zeros (mma_tile clears acc
         // and waits for no stage).
         if (!Params::kBf16Out && w.num_k_blocks == 0) continue;
-        Mainloop::mma_tile(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1, consumer_tid, diag);
+        Mainloop::template mma_tile<Params::kMode>(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1,
+                                                  consumer_tid, diag);
         if (diag & kDiagNoEpilogue) continue;
         if constexpr (Params::kBf16Out) {
           using EpilogueBf16 = EpilogueBf16Sm90<kBlockN>;
