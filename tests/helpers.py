@@ -307,9 +307,6 @@ def on_poisoned_outputs(call, attempts: int = 4):
     return outs, landed
 
 
-# ------------------------------------------------------------------ multi-process (gloo) ----------------
-
-
 def capture_graph(fn, warmup: int = 1) -> Tuple["torch.cuda.CUDAGraph", object]:
     """fn() run `warmup` times on a side stream (lazy initialisation, autograd's and the allocator's first
     calls stay outside the graph), then captured: (the graph, what the captured call returned, whose tensors
@@ -324,6 +321,9 @@ def capture_graph(fn, warmup: int = 1) -> Tuple["torch.cuda.CUDAGraph", object]:
     with torch.cuda.graph(graph):
         result = fn()
     return graph, result
+
+
+# ------------------------------------------------------------------ multi-process (gloo) ----------------
 
 
 def spawn_ranks(worker, world: int, tmp: Path, *args) -> List[object]:
