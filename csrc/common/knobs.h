@@ -1,7 +1,10 @@
 // \brief Every environment knob the extension reads (the only reads of the environment in csrc/):
 //   WGRAD_BLOCK_N  forces the GEMM's tile width to one of kBlockNCandidates (any other value is ignored).
 //                  Read at every call, so that a sweep (scripts/profile_dense.py) can change it between
-//                  calls. Documented for users: the one knob of a release build.
+//                  calls. Documented for users.
+//   WGRAD_FP32_EPILOGUE  forces the fp32 GEMMs' epilogue: "reduce-add" or "loaded" (out loaded ahead);
+//                  unset or empty, the K of the call decides (tile_config.h: use_loaded_out). Read at every
+//                  call. Documented for users.
 //   WGRAD_DIAG     measurement build only (setup.py: WGRAD_DIAG_VARIANTS=1): the bits of
 //                  kernels/common/diag.h that drop parts of the GEMM's work, for timing. Any other build
 //                  never reads it.
@@ -10,6 +13,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <string_view>
 
 #include "common/stable.h"
 #include "kernels/gemm/tile_config.h"
@@ -25,6 +29,16 @@ inline int forced_block_n() {
     if (bn == forced) return bn;
   }
   return 0;
+}
+
+// WGRAD_FP32_EPILOGUE: 0 (reduce-add), 1 (loaded), or -1 when unset or empty (the heuristic decides).
+inline int forced_fp32_epilogue() {
+  const char* v = std::getenv("WGRAD_FP32_EPILOGUE");
+  if (v == nullptr || *v == '\0') return -1;
+  const std::string_view s(v);
+  WGRAD_CHECK(s == "reduce-add" || s == "loaded", "WGRAD_FP32_EPILOGUE must be 'reduce-add' or 'loaded', got '", v,
+              "'");
+  return s == "loaded" ? 1 : 0;
 }
 
 // The measurement build's WGRAD_DIAG bits (0 when unset); 0 in every other build, without reading it.

@@ -28,7 +28,7 @@ void dense_gemm(const char* op, const torch::stable::Tensor& a, const torch::sta
   set_scale_and_out_descs(op, p, sa, sb, out, block_n);
   p.k = static_cast<int>(k);
   p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)), 1};
-  launch(op, p, block_n, out);
+  launch(op, p, block_n, out, k);
 }
 
 }  // namespace

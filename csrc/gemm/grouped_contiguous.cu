@@ -41,7 +41,7 @@ void contiguous_gemm(const char* op, const torch::stable::Tensor& a, const torch
   p.k = static_cast<int>(k_total);
   p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)),
                  static_cast<int>(groups)};
-  launch(op, p, block_n, out);
+  launch(op, p, block_n, out, groups > 0 ? k_total / groups : 0);
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const torch::stable::Tensor& a, c
     }
     p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)),
                    static_cast<int>(count)};
-    launch(op, p, block_n, out);
+    launch(op, p, block_n, out, k_offset / non_empty);
   }
 }
 

@@ -58,14 +58,22 @@ void set_scale_and_out_descs(const char* op, Params& p, const torch::stable::Ten
   }
 }
 
+// k_per_tile: the K of the call's tiles (dense K, or the mean K_g of a k-grouped call), which picks an fp32
+// out's epilogue unless WGRAD_FP32_EPILOGUE forces one.
 template <class Params>
-void launch(const char* op, Params& p, int block_n, const torch::stable::Tensor& out) {
+void launch(const char* op, Params& p, int block_n, const torch::stable::Tensor& out, int64_t k_per_tile) {
 #ifdef WGRAD_DIAG_VARIANTS
   p.diag = diag_bits();  // measurement build only: the bits drop parts of the work (kernels/common/diag.h)
 #endif
   WGRAD_CHECK(p.scheduler.total_cluster_tiles() < INT32_MAX / 2, op, ": too many output tiles (",
               p.scheduler.total_cluster_tiles(), "): the persistent scheduler counts tiles in 32 bits");
-  const cudaError_t err = launch_gemm_sm90(p, block_n, num_sms_of(out), current_stream(out));
+  bool load_out = false;
+  if constexpr (!Params::kBf16Out) {
+    const int forced = forced_fp32_epilogue();
+    load_out = forced >= 0 ? forced == 1
+                           : use_loaded_out(k_per_tile, p.scheduler.total_cluster_tiles(), num_sms_of(out));
+  }
+  const cudaError_t err = launch_gemm_sm90(p, block_n, load_out, num_sms_of(out), current_stream(out));
   WGRAD_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
 }
 

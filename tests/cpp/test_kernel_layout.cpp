@@ -65,7 +65,23 @@ TEST(TileConfig, EveryCandidateFitsAtLeastThreeStages) {
     EXPECT_GE(wgrad::stages_for(bn), 3) << bn;
     EXPECT_LE(wgrad::stages_for(bn) * wgrad::stage_bytes(bn) + wgrad::epilogue_bytes(bn), wgrad::kSmemBudgetBytes);
     EXPECT_EQ(bn % 16, 0) << "each warpgroup's WGMMA N = BLOCK_N/2 and its B rows need multiples of 8";
+    // With out loaded ahead (a whole fp32 tile in shared memory).
+    EXPECT_GE(wgrad::stages_for(bn, true), 3) << bn;
+    EXPECT_LT(wgrad::stages_for(bn, true), wgrad::stages_for(bn)) << bn;
+    EXPECT_LE(wgrad::stages_for(bn, true) * wgrad::stage_bytes(bn) + wgrad::loaded_out_bytes(bn),
+              wgrad::kSmemBudgetBytes);
   }
+}
+
+TEST(TileConfig, LoadedOutForShortKOnly) {
+  constexpr int kSms = 132;
+  EXPECT_TRUE(wgrad::use_loaded_out(128, 1, kSms));
+  EXPECT_TRUE(wgrad::use_loaded_out(512, 6 * kSms, kSms));
+  EXPECT_FALSE(wgrad::use_loaded_out(1024, 8 * kSms, kSms)) << "a few waves of K = 1024: the reduce-add";
+  EXPECT_TRUE(wgrad::use_loaded_out(1024, 190 * kSms, kSms)) << "many waves of K = 1024: loaded";
+  EXPECT_FALSE(wgrad::use_loaded_out(1025, 1000 * kSms, kSms));
+  EXPECT_FALSE(wgrad::use_loaded_out(2048, 1000 * kSms, kSms));
+  EXPECT_FALSE(wgrad::use_loaded_out(8192, 1, kSms));
 }
 
 TEST(TileConfig, MGroupedFitsThreeStagesBesideItsEpilogue) {

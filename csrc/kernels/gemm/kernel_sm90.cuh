@@ -79,16 +79,22 @@ constexpr uint32_t kConsumerRegisters = kMode == GroupMode::MGrouped ? 232 : 224
 constexpr int kNumThreads = 384;
 constexpr int kClusterSize = PersistentTileScheduler::kClusterN;
 
-template <int kBlockN, int kStages, GroupMode kMode, bool kBf16Out>
+template <int kBlockN, int kStages, GroupMode kMode, bool kBf16Out, bool kLoadOut = false>
 struct SharedStorageSm90 {
   typename MainloopSm90<kBlockN, kStages>::SharedStorage mainloop;
   typename EpilogueSm90<kBlockN>::SharedStorage epilogue;
+};
+// The fp32 epilogue with out loaded ahead (EpilogueLoadedSm90): a whole tile's buffer and its barriers.
+template <int kBlockN, int kStages, GroupMode kMode>
+struct SharedStorageSm90<kBlockN, kStages, kMode, false, true> {
+  typename MainloopSm90<kBlockN, kStages>::SharedStorage mainloop;
+  typename EpilogueLoadedSm90<kBlockN>::SharedStorage epilogue;
 };
 // A bf16 out: the bf16 epilogue's staging buffer (the whole tile, as many bytes as the fp32 epilogue's half
 // tile), first for its 1024-byte alignment. The m-grouped GEMM's mainloop has no B scale rows
 // (tile_config.h: kMGroupedStages).
 template <int kBlockN, int kStages, GroupMode kMode>
-struct SharedStorageSm90<kBlockN, kStages, kMode, true> {
+struct SharedStorageSm90<kBlockN, kStages, kMode, true, false> {
   typename EpilogueBf16Sm90<kBlockN>::SharedStorage epilogue;
   typename MainloopSm90<kBlockN, kStages, kMode == GroupMode::MGrouped>::SharedStorage mainloop;
 };
@@ -197,16 +203,20 @@ __device__ TileCoord out_coord(const Params& p, TileCoord c) {
   return c;
 }
 
-template <int kBlockN, int kStages, class Params>
+// kLoadOut: the fp32 epilogue loads out ahead (EpilogueLoadedSm90) instead of reduce-adding into it.
+template <int kBlockN, int kStages, bool kLoadOut, class Params>
 __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mainloop = MainloopSm90<kBlockN, kStages, Params::kMode == GroupMode::MGrouped>;
   using Epilogue = EpilogueSm90<kBlockN>;
+  using EpilogueLoaded = EpilogueLoadedSm90<kBlockN>;
   using Pipeline = typename Mainloop::Pipeline;
   using namespace cute;
+  static_assert(!kLoadOut || !Params::kBf16Out, "out is loaded ahead only to be accumulated into (fp32)");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  auto& smem = *reinterpret_cast<SharedStorageSm90<kBlockN, kStages, Params::kMode, Params::kBf16Out>*>(smem_raw);
+  auto& smem =
+      *reinterpret_cast<SharedStorageSm90<kBlockN, kStages, Params::kMode, Params::kBf16Out, kLoadOut>*>(smem_raw);
 
   if (!group_sizes_valid(p)) return;
   int total_tiles = 0;
@@ -250,6 +260,7 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   Pipeline pipeline(smem.mainloop.pipeline, pipeline_params, Shape<Int<kClusterSize>, _1, _1>{});
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::init(&smem.mainloop.staging[s], 1);
+    if constexpr (kLoadOut) EpilogueLoaded::init(smem.epilogue);
     cutlass::arch::fence_barrier_init();
   }
   // Every CTA's barriers are initialised before any multicasts into it.
@@ -313,28 +324,60 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
       Tensor scratch0 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
       Tensor scratch1 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
       const int diag = diag_of(p);
-      for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
-        const WorkTile w = next_work(p, walker, tile, rank);
-        // An empty group: an fp32 out[g] stays as it is, a bf16 one is written with zeros (mma_tile clears acc
-        // and waits for no stage).
-        if (!Params::kBf16Out && w.num_k_blocks == 0) continue;
-        Mainloop::template mma_tile<Params::kMode>(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1,
-                                                  consumer_tid, diag);
-        if (diag & kDiagNoEpilogue) continue;
-        if constexpr (Params::kBf16Out) {
-          using EpilogueBf16 = EpilogueBf16Sm90<kBlockN>;
-          const TileCoord c = out_coord(p, w.coord);
-          EpilogueBf16::store_staged(Bf16OutMaps{&p.tma_out, &p.tma_out_narrow}, p.out_bf16, smem.epilogue, acc,
-                                     c.m_block * kBlockM, c.n_block, c.group, consumer_tid);
-          EpilogueBf16::store_ragged_edge(p.out_bf16, acc, c.m_block * kBlockM, c.n_block, c.group, consumer_tid);
-        } else {
-          Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid, diag);
+      if constexpr (kLoadOut) {
+        // The CTA's tiles with K blocks, one ahead: each tile's out window is loaded as soon as the previous
+        // tile's stores have read the buffer (EpilogueLoadedSm90). Tiles of empty groups are skipped (out[g]
+        // stays as it is), as by the producer.
+        int tile = cluster_id;
+        auto advance = [&](WorkTile& w) {
+          for (; tile < total_tiles; tile += num_clusters) {
+            w = next_work(p, walker, tile, rank);
+            if (w.num_k_blocks > 0) {
+              tile += num_clusters;
+              return true;
+            }
+          }
+          return false;
+        };
+        WorkTile w;
+        bool have = advance(w);
+        if (have && consumer_tid % 128 == 0) {
+          EpilogueLoaded::load(&p.tma_out, p.out, smem.epilogue, out_coord(p, w.coord), consumer_tid / 128);
+        }
+        for (int index = 0; have; ++index) {
+          Mainloop::template mma_tile<Params::kMode>(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1,
+                                                    consumer_tid, diag);
+          WorkTile next{};  // (group 0 when there is none: out_coord reads a valid entry)
+          const bool more = advance(next);
+          EpilogueLoaded::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), more,
+                                out_coord(p, next.coord), consumer_tid, index);
+          w = next;
+          have = more;
+        }
+      } else {
+        for (int tile = cluster_id; tile < total_tiles; tile += num_clusters) {
+          const WorkTile w = next_work(p, walker, tile, rank);
+          // An empty group: an fp32 out[g] stays as it is, a bf16 one is written with zeros (mma_tile clears acc
+          // and waits for no stage).
+          if (!Params::kBf16Out && w.num_k_blocks == 0) continue;
+          Mainloop::template mma_tile<Params::kMode>(pipeline, state, smem.mainloop, w, acc, scratch0, scratch1,
+                                                    consumer_tid, diag);
+          if (diag & kDiagNoEpilogue) continue;
+          if constexpr (Params::kBf16Out) {
+            using EpilogueBf16 = EpilogueBf16Sm90<kBlockN>;
+            const TileCoord c = out_coord(p, w.coord);
+            EpilogueBf16::store_staged(Bf16OutMaps{&p.tma_out, &p.tma_out_narrow}, p.out_bf16, smem.epilogue, acc,
+                                       c.m_block * kBlockM, c.n_block, c.group, consumer_tid);
+            EpilogueBf16::store_ragged_edge(p.out_bf16, acc, c.m_block * kBlockM, c.n_block, c.group, consumer_tid);
+          } else {
+            Epilogue::store(&p.tma_out, p.out, smem.epilogue, acc, out_coord(p, w.coord), consumer_tid, diag);
+          }
         }
       }
       if constexpr (Params::kBf16Out) {
         EpilogueBf16Sm90<kBlockN>::drain(consumer_tid);
       } else {
-        Epilogue::drain(consumer_tid);
+        Epilogue::drain(consumer_tid);  // (the loaded epilogue's last stores, too)
       }
     }
   }

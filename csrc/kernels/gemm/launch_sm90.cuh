@@ -88,13 +88,14 @@ constexpr int kTmaBoxRowsA = kBlockM / kClusterN;
 // (PackedGroups) are sized to fit.
 static_assert(sizeof(GemmParamsSm90<GroupMode::Packed>) <= 32764, "kernel parameters exceed CUDA's 32764-byte limit");
 
-template <int kBlockN, class Params>
+template <int kBlockN, bool kLoadOut, class Params>
 cudaError_t launch_gemm_sm90_bn(const Params& p, int num_sms, cudaStream_t stream) {
   constexpr GroupMode kMode = Params::kMode;
-  constexpr int kStages = kMode == GroupMode::MGrouped ? kMGroupedStages : stages_for(kBlockN);
+  constexpr int kStages = kMode == GroupMode::MGrouped ? kMGroupedStages : stages_for(kBlockN, kLoadOut);
   static_assert(kStages >= 3, "a config must fit at least 3 pipeline stages in shared memory");
-  auto kernel = &wgrad_gemm_kernel_sm90<kBlockN, kStages, Params>;
-  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorageSm90<kBlockN, kStages, kMode, Params::kBf16Out>));
+  auto kernel = &wgrad_gemm_kernel_sm90<kBlockN, kStages, kLoadOut, Params>;
+  constexpr int smem_bytes =
+      static_cast<int>(sizeof(SharedStorageSm90<kBlockN, kStages, kMode, Params::kBf16Out, kLoadOut>));
   static_assert(smem_bytes <= kSmemBudgetBytes, "shared storage exceeds the budget of tile_config.h");
   cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem_bytes);
   if (err != cudaSuccess) return err;
@@ -134,15 +135,28 @@ cudaError_t launch_gemm_sm90_bn(const Params& p, int num_sms, cudaStream_t strea
 }
 
 // Launches the kernel instance of `block_n` (one of kBlockNCandidates; kMGroupedBlockN for the m-grouped GEMM).
+// load_out: an fp32 out is loaded ahead (EpilogueLoadedSm90) rather than reduce-added into.
 template <class Params>
-cudaError_t launch_gemm_sm90(const Params& p, int block_n, int num_sms, cudaStream_t stream) {
+cudaError_t launch_gemm_sm90(const Params& p, int block_n, bool load_out, int num_sms, cudaStream_t stream) {
   if constexpr (Params::kMode == GroupMode::MGrouped) {
-    return block_n == kMGroupedBlockN ? launch_gemm_sm90_bn<kMGroupedBlockN>(p, num_sms, stream) : cudaErrorInvalidValue;
-  } else {
+    return block_n == kMGroupedBlockN && !load_out ? launch_gemm_sm90_bn<kMGroupedBlockN, false>(p, num_sms, stream)
+                                                   : cudaErrorInvalidValue;
+  } else if constexpr (Params::kBf16Out) {
+    if (load_out) return cudaErrorInvalidValue;
     switch (block_n) {
-      case 128: return launch_gemm_sm90_bn<128>(p, num_sms, stream);
-      case 144: return launch_gemm_sm90_bn<144>(p, num_sms, stream);
-      case 160: return launch_gemm_sm90_bn<160>(p, num_sms, stream);
+      case 128: return launch_gemm_sm90_bn<128, false>(p, num_sms, stream);
+      case 144: return launch_gemm_sm90_bn<144, false>(p, num_sms, stream);
+      case 160: return launch_gemm_sm90_bn<160, false>(p, num_sms, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  } else {
+    switch (block_n * 2 + (load_out ? 1 : 0)) {
+      case 256: return launch_gemm_sm90_bn<128, false>(p, num_sms, stream);
+      case 257: return launch_gemm_sm90_bn<128, true>(p, num_sms, stream);
+      case 288: return launch_gemm_sm90_bn<144, false>(p, num_sms, stream);
+      case 289: return launch_gemm_sm90_bn<144, true>(p, num_sms, stream);
+      case 320: return launch_gemm_sm90_bn<160, false>(p, num_sms, stream);
+      case 321: return launch_gemm_sm90_bn<160, true>(p, num_sms, stream);
       default: return cudaErrorInvalidValue;
     }
   }

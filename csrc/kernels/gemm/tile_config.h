@@ -39,9 +39,28 @@ constexpr int64_t epilogue_bytes(int block_n) { return int64_t{4} * 2 * kEpilogu
 constexpr int64_t kSmemBudgetBytes = 232448 - 512;
 constexpr int kMaxStages = 6;
 
-constexpr int stages_for(int block_n) {
-  int s = static_cast<int>((kSmemBudgetBytes - epilogue_bytes(block_n)) / stage_bytes(block_n));
+// The fp32 epilogue with out loaded ahead (EpilogueLoadedSm90) holds a whole tile of fp32 out, plus its
+// four barriers.
+constexpr int64_t loaded_out_bytes(int block_n) { return int64_t{4} * kBlockM * block_n + 128; }
+
+constexpr int stages_for(int block_n, bool load_out = false) {
+  const int64_t epilogue = load_out ? loaded_out_bytes(block_n) : epilogue_bytes(block_n);
+  int s = static_cast<int>((kSmemBudgetBytes - epilogue) / stage_bytes(block_n));
   return s > kMaxStages ? kMaxStages : s;
+}
+
+// Which fp32 epilogue a call runs, from the K of its tiles (dense K, or the mean K_g of a k-grouped call) and
+// their number: out loaded ahead where a tile's K blocks take less time than its out window's traffic, the
+// reduce-add (one pipeline stage more, and no wait for each tile's stores) beyond. Measured (decision 0040):
+// the loaded epilogue wins at K <= 512 (dense 7168 x 2112, 6 waves: 4 %; 32 and 64 experts: 12-15 %) and at
+// K ~ 1024 over many waves (16 experts of 4096 x 7168, ~190 waves: 4-6 %), loses at K = 1024 over a few
+// waves (dense 4096 x 4096: 6-7 %) and from K = 2048 on (7-19 %).
+constexpr int64_t kLoadedOutMaxK = 512;
+constexpr int64_t kLoadedOutManyWavesMaxK = 1024;
+constexpr int64_t kLoadedOutManyWaves = 16;
+constexpr bool use_loaded_out(int64_t k_per_tile, int64_t tiles, int num_sms) {
+  return k_per_tile <= kLoadedOutMaxK ||
+         (k_per_tile <= kLoadedOutManyWavesMaxK && tiles >= kLoadedOutManyWaves * num_sms);
 }
 // The m-grouped GEMM: a stage holds the A and B tiles and A's scales (B's block scales are read from global
 // memory), and the bf16 epilogue stages a whole tile (each warpgroup's 128 x 128 bf16), so that a tile's
