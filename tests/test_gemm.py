@@ -317,7 +317,7 @@ def test_gpu_accuracy_seed_shapes(m, n, k):
 @pytest.mark.parametrize("m, n, k", [pytest.param(*s, marks=GPU_MARKS)
                                      for s in [(129, 4097, 1008), (255, 1000, 144), (33, 331, 8208)]])
 def test_gpu_every_tile_width(monkeypatch, block_n, m, n, k):
-    """WGRAD_BLOCK_N (the release build's one knob, csrc/common/knobs.h) reaches every kernel instance,
+    """WGRAD_BLOCK_N (a knob of the release build, csrc/common/knobs.h) reaches every kernel instance,
     whatever the heuristic would pick: each must be right on partial tiles and a ragged right edge
     (N % 4 != 0)."""
     monkeypatch.setenv("WGRAD_BLOCK_N", str(block_n))

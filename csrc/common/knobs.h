@@ -3,7 +3,7 @@
 //                  Read at every call, so that a sweep (scripts/profile_dense.py) can change it between
 //                  calls. Documented for users.
 //   WGRAD_FP32_EPILOGUE  forces the fp32 GEMMs' epilogue: "reduce-add" or "loaded" (out loaded ahead);
-//                  unset or empty, the K of the call decides (tile_config.h: use_loaded_out). Read at every
+//                  unset or empty, the call's shape decides (tile_config.h: select_fp32_config). Read at every
 //                  call. Documented for users.
 //   WGRAD_DIAG     measurement build only (setup.py: WGRAD_DIAG_VARIANTS=1): the bits of
 //                  kernels/common/diag.h that drop parts of the GEMM's work, for timing. Any other build

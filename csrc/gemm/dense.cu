@@ -19,7 +19,8 @@ void dense_gemm(const char* op, const torch::stable::Tensor& a, const torch::sta
   WGRAD_CHECK(k <= INT32_MAX, op, ": K must fit TMA's 32-bit coordinates, got ", k);
   const DeviceGuard guard(out.get_device_index());
 
-  const int block_n = choose_block_n(m, n, 1, out);
+  const GemmConfig cfg = choose_config<kBf16Out>(m, n, 1, k, out);
+  const int block_n = cfg.block_n;
   GemmParamsSm90<GroupMode::Dense, kBf16Out> p;
   if (k > 0) {
     check_tma_descriptor(op, "a", make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k, a.stride(0), kTmaBoxRowsA));
@@ -28,7 +29,7 @@ void dense_gemm(const char* op, const torch::stable::Tensor& a, const torch::sta
   set_scale_and_out_descs(op, p, sa, sb, out, block_n);
   p.k = static_cast<int>(k);
   p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)), 1};
-  launch(op, p, block_n, out, k);
+  launch(op, p, cfg, out);
 }
 
 }  // namespace

@@ -24,7 +24,8 @@ void contiguous_gemm(const char* op, const torch::stable::Tensor& a, const torch
   WGRAD_CHECK(k_total <= INT32_MAX, op, ": K_total must fit TMA's 32-bit coordinates, got ", k_total);
   WGRAD_CHECK(groups <= INT32_MAX, op, ": too many groups: ", groups);
   const DeviceGuard guard(out.get_device_index());
-  const int block_n = choose_block_n(m, n, groups, out);
+  const GemmConfig cfg = choose_config<kBf16Out>(m, n, groups, groups > 0 ? k_total / groups : 0, out);
+  const int block_n = cfg.block_n;
 
   GemmParamsSm90<GroupMode::Contiguous, kBf16Out> p;
   if (k_total > 0) {
@@ -41,7 +42,7 @@ void contiguous_gemm(const char* op, const torch::stable::Tensor& a, const torch
   p.k = static_cast<int>(k_total);
   p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)),
                  static_cast<int>(groups)};
-  launch(op, p, block_n, out, groups > 0 ? k_total / groups : 0);
+  launch(op, p, cfg, out);
 }
 
 }  // namespace

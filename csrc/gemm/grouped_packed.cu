@@ -27,13 +27,17 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const torch::stable::Tensor& a, c
   check_sm90(op, out);
   const int64_t groups = static_cast<int64_t>(ks.size());
   const int64_t m = out.size(1), n = out.size(2);
-  int64_t non_empty = 0;
-  for (int64_t k : ks) non_empty += k > 0;
+  int64_t non_empty = 0, k_sum = 0;
+  for (int64_t k : ks) {
+    non_empty += k > 0;
+    k_sum += k;
+  }
   if (m == 0 || n == 0 || non_empty == 0) return;
   WGRAD_CHECK(groups <= INT32_MAX, op, ": too many groups: ", groups);
   const DeviceGuard guard(out.get_device_index());
 
-  const int block_n = choose_block_n(m, n, non_empty, out);
+  const GemmConfig cfg = choose_config<false>(m, n, non_empty, k_sum / non_empty, out);
+  const int block_n = cfg.block_n;
   const auto* a_ptr = static_cast<const uint8_t*>(a.const_data_ptr());
   const auto* b_ptr = static_cast<const uint8_t*>(b.const_data_ptr());
 
@@ -70,7 +74,7 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const torch::stable::Tensor& a, c
     }
     p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)),
                    static_cast<int>(count)};
-    launch(op, p, block_n, out, k_offset / non_empty);
+    launch(op, p, cfg, out);
   }
 }
 

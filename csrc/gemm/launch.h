@@ -58,22 +58,15 @@ void set_scale_and_out_descs(const char* op, Params& p, const torch::stable::Ten
   }
 }
 
-// k_per_tile: the K of the call's tiles (dense K, or the mean K_g of a k-grouped call), which picks an fp32
-// out's epilogue unless WGRAD_FP32_EPILOGUE forces one.
+// cfg: the tile width and, for an fp32 out, the epilogue (choose_config).
 template <class Params>
-void launch(const char* op, Params& p, int block_n, const torch::stable::Tensor& out, int64_t k_per_tile) {
+void launch(const char* op, Params& p, GemmConfig cfg, const torch::stable::Tensor& out) {
 #ifdef WGRAD_DIAG_VARIANTS
   p.diag = diag_bits();  // measurement build only: the bits drop parts of the work (kernels/common/diag.h)
 #endif
   WGRAD_CHECK(p.scheduler.total_cluster_tiles() < INT32_MAX / 2, op, ": too many output tiles (",
               p.scheduler.total_cluster_tiles(), "): the persistent scheduler counts tiles in 32 bits");
-  bool load_out = false;
-  if constexpr (!Params::kBf16Out) {
-    const int forced = forced_fp32_epilogue();
-    load_out = forced >= 0 ? forced == 1
-                           : use_loaded_out(k_per_tile, p.scheduler.total_cluster_tiles(), num_sms_of(out));
-  }
-  const cudaError_t err = launch_gemm_sm90(p, block_n, load_out, num_sms_of(out), current_stream(out));
+  const cudaError_t err = launch_gemm_sm90(p, cfg.block_n, cfg.load_out, num_sms_of(out), current_stream(out));
   WGRAD_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
 }
 
@@ -82,6 +75,18 @@ void launch(const char* op, Params& p, int block_n, const torch::stable::Tensor&
 inline int choose_block_n(int64_t m, int64_t n, int64_t batches, const torch::stable::Tensor& out) {
   const int forced = forced_block_n();
   return forced != 0 ? forced : select_block_n(m, n, batches, num_sms_of(out));
+}
+
+// The tile width and epilogue of a weight-gradient call, M x N repeated `batches` times with tiles of
+// k_per_tile (dense K, or the mean K_g of a k-grouped call): a bf16 out has one epilogue; an fp32 one is
+// loaded ahead or reduce-added into (select_fp32_config, unless WGRAD_BLOCK_N or WGRAD_FP32_EPILOGUE forces).
+template <bool kBf16Out>
+GemmConfig choose_config(int64_t m, int64_t n, int64_t batches, int64_t k_per_tile, const torch::stable::Tensor& out) {
+  if constexpr (kBf16Out) {
+    return {choose_block_n(m, n, batches, out), false};
+  } else {
+    return select_fp32_config(m, n, batches, k_per_tile, num_sms_of(out), forced_block_n(), forced_fp32_epilogue());
+  }
 }
 
 }  // namespace wgrad

@@ -48,7 +48,7 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_cuda(const torch::stable::Tensor&
   // The grid's size: about the row tiles there can be (each group adds at most two partial ones to
   // ceil(T / 128)); the kernel counts the real ones from the sizes and its CTAs loop over them.
   p.scheduler = {static_cast<int>(ceil_div(t, kBlockM) + 2 * groups), static_cast<int>(ceil_div(n, block_n)), 1};
-  launch(op, p, block_n, out, 0);
+  launch(op, p, GemmConfig{block_n, false}, out);
 }
 
 }  // namespace wgrad

@@ -84,6 +84,30 @@ TEST(TileConfig, LoadedOutForShortKOnly) {
   EXPECT_FALSE(wgrad::use_loaded_out(8192, 1, kSms));
 }
 
+TEST(TileConfig, Fp32ConfigNarrowsLoadedTilesOfTwoBlocks) {
+  constexpr int kSms = 132;
+  // 64 experts of 256 tokens, 4096 x 7168: loaded, at the narrowest width.
+  const wgrad::GemmConfig short_k = wgrad::select_fp32_config(4096, 7168, 64, 256, kSms, 0, -1);
+  EXPECT_TRUE(short_k.load_out);
+  EXPECT_EQ(short_k.block_n, wgrad::kBlockNCandidates[0]);
+  // K = 512: loaded at the heuristic's width.
+  const wgrad::GemmConfig k512 = wgrad::select_fp32_config(4096, 7168, 32, 512, kSms, 0, -1);
+  EXPECT_TRUE(k512.load_out);
+  EXPECT_EQ(k512.block_n, wgrad::select_block_n(4096, 7168, 32, kSms));
+  // Long K: the reduce-add at the heuristic's width.
+  const wgrad::GemmConfig dense = wgrad::select_fp32_config(7168, 2112, 1, 4096, kSms, 0, -1);
+  EXPECT_FALSE(dense.load_out);
+  EXPECT_EQ(dense.block_n, wgrad::select_block_n(7168, 2112, 1, kSms));
+  // Forced width or epilogue: taken as given.
+  const wgrad::GemmConfig forced = wgrad::select_fp32_config(4096, 7168, 64, 256, kSms, 160, -1);
+  EXPECT_TRUE(forced.load_out);
+  EXPECT_EQ(forced.block_n, 160);
+  const wgrad::GemmConfig reduce = wgrad::select_fp32_config(4096, 7168, 64, 256, kSms, 0, 0);
+  EXPECT_FALSE(reduce.load_out);
+  EXPECT_EQ(reduce.block_n, wgrad::select_block_n(4096, 7168, 64, kSms));
+  EXPECT_TRUE(wgrad::select_fp32_config(7168, 2112, 1, 4096, kSms, 0, 1).load_out);
+}
+
 TEST(TileConfig, MGroupedFitsThreeStagesBesideItsEpilogue) {
   EXPECT_GE(wgrad::kMGroupedStages, 3);
   EXPECT_LE(wgrad::kMGroupedStages * wgrad::kMGroupedStageBytes + wgrad::kMGroupedEpilogueBytes,

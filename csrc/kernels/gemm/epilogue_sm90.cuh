@@ -113,7 +113,7 @@ struct EpilogueSm90 {
 // Same bytes as the reduce-add (out read once, written once), but the L2 serves a load and a store instead
 // of a read-modify-write of every 16-byte chunk, whose rate binds the kernel when tiles have few K blocks
 // (decision 0040). The price is a whole fp32 tile of shared memory (64 to 80 KB), one pipeline stage fewer,
-// so the host picks it for short K only (tile_config.h: use_loaded_out).
+// so the host picks it for short K only (tile_config.h: select_fp32_config).
 //
 // Each consumer warpgroup owns its half of the buffer (its BLOCK_N/2 columns, as two 64-row slices laid out
 // as EpilogueSm90's) and one transaction barrier. The warpgroup's first thread loads its half: for the CTA's
