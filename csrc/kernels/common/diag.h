@@ -9,7 +9,7 @@ namespace wgrad {
 
 constexpr int kDiagScalesOnce = 1;   // load the scales at a tile's first K block only
 constexpr int kDiagNoPromotion = 2;  // accumulate a whole tile in the WGMMA scratch, no promotion
-constexpr int kDiagNoEpilogue = 4;   // no epilogue at all
+constexpr int kDiagNoEpilogue = 4;   // no epilogue at all (the reduce-add; the loaded epilogue always runs)
 constexpr int kDiagPlainStore = 32;  // the epilogue's TMA stores overwrite out instead of adding
 constexpr int kDiagNoStaging = 64;   // the epilogue stores whatever its smem buffer holds (no STS)
 constexpr int kDiagHalfB = 128;      // dense and packed: B is loaded for every other K block only
