@@ -110,6 +110,15 @@ def poisoned_out(shape: Sequence[int], *, device="cpu", fill: float = 0.0):
     return buf, window
 
 
+def poisoned_window_mask(buf: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+    """True on the elements of poisoned_out's window inside its buffer: `bits(buf)[~mask]` is what a call
+    must leave as it was."""
+    m, n = window.shape[-2:]
+    mask = torch.zeros_like(buf, dtype=torch.bool)
+    mask[..., 1 : 1 + m, 4 : 4 + n] = True
+    return mask
+
+
 def new_out(*shape: int, device="cpu", fill: float = 0.0, randn: bool = False, gen=None) -> torch.Tensor:
     """float32 out of `shape` (last two dims [M, N]) whose row stride is N rounded up to 4 elements: the
     contract wants 16-byte rows (TMA), so a contiguous [M, N] only qualifies when N % 4 == 0."""

@@ -22,6 +22,7 @@ from helpers import (
     make_dense,
     new_out,
     poisoned_out,
+    poisoned_window_mask,
     rand_fp8,
     rand_scales,
     rel_frobenius,
@@ -359,8 +360,7 @@ def test_gpu_poisoned_out_window(m, n, k):
     assert out.stride(0) > n and out.stride(0) % 4 == 0
     before = bits(buf)
     OP(a, sa, b, sb, out)
-    window = torch.zeros_like(buf, dtype=torch.bool)
-    window[1 : 1 + m, 4 : 4 + n] = True
+    window = poisoned_window_mask(buf, out)
     assert torch.equal(bits(buf)[~window], before[~window]), "wrote outside the out window"
     assert rel_frobenius(out, reference.wgrad_gemm_reference(a, sa, b, sb)) <= GPU_REL_TOL
 

@@ -29,6 +29,7 @@ from helpers import (
     new_out,
     packed_group_references,
     poisoned_out,
+    poisoned_window_mask,
     rel_frobenius,
 )
 from wgrad import reference
@@ -310,8 +311,7 @@ def test_gpu_accuracy_per_group(layout, pattern, groups, m, n):
     before = bits(buf)
     _run(layout, op, out)
     refs = _references(layout, op, m, n, ref=reference.wgrad_gemm_reference)
-    window = torch.zeros_like(buf, dtype=torch.bool)
-    window[:, 1 : 1 + m, 4 : 4 + n] = True
+    window = poisoned_window_mask(buf, out)
     for g, k in enumerate(ks):
         if k == 0:
             window[g] = False  # an empty group's out[g] must be left as it was too

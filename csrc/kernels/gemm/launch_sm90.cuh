@@ -134,6 +134,17 @@ cudaError_t launch_gemm_sm90_bn(const Params& p, int num_sms, cudaStream_t strea
   return cudaGetLastError();
 }
 
+// The instance of `block_n` (one of kBlockNCandidates) with the epilogue kLoadOut.
+template <bool kLoadOut, class Params>
+cudaError_t launch_gemm_sm90_width(const Params& p, int block_n, int num_sms, cudaStream_t stream) {
+  switch (block_n) {
+    case 128: return launch_gemm_sm90_bn<128, kLoadOut>(p, num_sms, stream);
+    case 144: return launch_gemm_sm90_bn<144, kLoadOut>(p, num_sms, stream);
+    case 160: return launch_gemm_sm90_bn<160, kLoadOut>(p, num_sms, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 // Launches the kernel instance of `block_n` (one of kBlockNCandidates; kMGroupedBlockN for the m-grouped GEMM).
 // load_out: an fp32 out is loaded ahead (EpilogueLoadedSm90) rather than reduce-added into.
 template <class Params>
@@ -141,23 +152,12 @@ cudaError_t launch_gemm_sm90(const Params& p, int block_n, bool load_out, int nu
   if constexpr (Params::kMode == GroupMode::MGrouped) {
     return block_n == kMGroupedBlockN && !load_out ? launch_gemm_sm90_bn<kMGroupedBlockN, false>(p, num_sms, stream)
                                                    : cudaErrorInvalidValue;
-  } else if constexpr (Params::kBf16Out) {
-    if (load_out) return cudaErrorInvalidValue;
-    switch (block_n) {
-      case 128: return launch_gemm_sm90_bn<128, false>(p, num_sms, stream);
-      case 144: return launch_gemm_sm90_bn<144, false>(p, num_sms, stream);
-      case 160: return launch_gemm_sm90_bn<160, false>(p, num_sms, stream);
-      default: return cudaErrorInvalidValue;
-    }
   } else {
-    switch (block_n * 2 + (load_out ? 1 : 0)) {
-      case 256: return launch_gemm_sm90_bn<128, false>(p, num_sms, stream);
-      case 257: return launch_gemm_sm90_bn<128, true>(p, num_sms, stream);
-      case 288: return launch_gemm_sm90_bn<144, false>(p, num_sms, stream);
-      case 289: return launch_gemm_sm90_bn<144, true>(p, num_sms, stream);
-      case 320: return launch_gemm_sm90_bn<160, false>(p, num_sms, stream);
-      case 321: return launch_gemm_sm90_bn<160, true>(p, num_sms, stream);
-      default: return cudaErrorInvalidValue;
+    if (!load_out) return launch_gemm_sm90_width<false>(p, block_n, num_sms, stream);
+    if constexpr (Params::kBf16Out) {
+      return cudaErrorInvalidValue;  // a bf16 out is written, never loaded
+    } else {
+      return launch_gemm_sm90_width<true>(p, block_n, num_sms, stream);
     }
   }
 }
