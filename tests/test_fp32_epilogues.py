@@ -2,7 +2,9 @@
 loaded ahead into shared memory, added to there and stored back. WGRAD_FP32_EPILOGUE forces either (unset,
 the K of the call picks). Both add each accumulator to out with one fp32 addition, so they agree bit for bit:
 every mode, partial tiles, a ragged right edge (N % 4 != 0), windows of NaN-filled buffers, empty groups, and
-CTAs that run many tiles in turn (the loaded buffer's barriers change phase at every tile)."""
+CTAs that run many tiles in turn (the loaded buffer's barriers change phase at every tile). At BLOCK_N 128 the
+loaded epilogue moves a warpgroup's slice as two boxes of 32 columns in the 128B swizzle, elsewhere as one
+plain box: out's right edge is put inside and at the end of each box, at every tile width."""
 
 from __future__ import annotations
 
@@ -98,6 +100,24 @@ def test_gpu_contiguous_epilogues_agree(monkeypatch, m, n, ks):
             assert torch.equal(bits(out[g]), bits(init[g])), f"empty group {g} changed"
         else:
             _check(out[g], init[g], ref, f"contiguous group {g}")
+
+
+def _edges(block_n):
+    """N of two column tiles whose right edge falls at or inside each box of the last tile's two warpgroups
+    (32-column boxes at BLOCK_N 128, one box per warpgroup elsewhere); odd ends leave a ragged edge."""
+    half = block_n // 2
+    inside = [2, 32, 35, half - 2, half, half + 18, half + 32, half + 35, block_n - 3, block_n]
+    return [block_n + e for e in sorted(set(inside))]
+
+
+@pytest.mark.parametrize("block_n, n", [pytest.param(bn, n, marks=GPU_MARKS)
+                                        for bn in (128, 144, 160) for n in _edges(bn)])
+def test_gpu_every_box_at_the_right_edge(monkeypatch, block_n, n):
+    monkeypatch.setenv("WGRAD_BLOCK_N", str(block_n))
+    m, k = 130, 384
+    op = make_dense(m, n, k, device="cuda", seed=n)
+    init, out = _both_forms(monkeypatch, (m, n), lambda out: DENSE(*op.args(), out), seed=block_n)
+    _check(out, init, blockwise_reference(*op.args()), f"dense {m}x{n}x{k} at BLOCK_N {block_n}")
 
 
 @pytest.mark.parametrize("value", [pytest.param(v, marks=GPU_MARKS) for v in ["fast", "Loaded", "1"]])

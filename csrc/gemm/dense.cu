@@ -26,7 +26,7 @@ void dense_gemm(const char* op, const torch::stable::Tensor& a, const torch::sta
     check_tma_descriptor(op, "a", make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k, a.stride(0), kTmaBoxRowsA));
     check_tma_descriptor(op, "b", make_operand_desc(&p.tma_b, b.const_data_ptr(), n, k, b.stride(0), block_n));
   }
-  set_scale_and_out_descs(op, p, sa, sb, out, block_n);
+  set_scale_and_out_descs(op, p, sa, sb, out, cfg);
   p.k = static_cast<int>(k);
   p.scheduler = {static_cast<int>(ceil_div(m, kBlockM)), static_cast<int>(ceil_div(n, block_n)), 1};
   launch(op, p, cfg, out);

@@ -33,7 +33,7 @@ void contiguous_gemm(const char* op, const torch::stable::Tensor& a, const torch
                          make_operand_desc(&p.tma_a, a.const_data_ptr(), m, k_total, a.stride(0), kTmaBoxRowsA));
     check_tma_descriptor(op, "b", make_operand_desc(&p.tma_b, b.const_data_ptr(), n, k_total, b.stride(0), block_n));
   }
-  set_scale_and_out_descs(op, p, sa, sb, out, block_n);
+  set_scale_and_out_descs(op, p, sa, sb, out, cfg);
   p.group_k = ks.const_data_ptr<int>();
   p.a = static_cast<const uint8_t*>(a.const_data_ptr());
   p.b = static_cast<const uint8_t*>(b.const_data_ptr());

@@ -59,7 +59,7 @@ void k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_cuda(const torch::stable::Tensor& a, c
 
   // Scales and out are shared by every launch; each launch refills its groups and its scheduler.
   GemmParamsSm90<GroupMode::Packed> p;
-  set_scale_and_out_descs(op, p, sa, sb, out, block_n);
+  set_scale_and_out_descs(op, p, sa, sb, out, cfg);
   for (size_t first = 0; first < work.size(); first += kMaxPackedGroups) {
     const size_t count = std::min(work.size() - first, static_cast<size_t>(kMaxPackedGroups));
     for (size_t i = 0; i < count; ++i) {

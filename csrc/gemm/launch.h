@@ -12,10 +12,11 @@
 namespace wgrad {
 
 // Descriptors of the per-row scales and of out, shared by every mode: out fp32 (accumulated into) or bf16
-// (written), [M, N] or [G, M, N].
+// (written), [M, N] or [G, M, N]; cfg: the call's tile width and fp32 epilogue (choose_config).
 template <class Params>
 void set_scale_and_out_descs(const char* op, Params& p, const torch::stable::Tensor& sa,
-                             const torch::stable::Tensor& sb, const torch::stable::Tensor& out, int block_n) {
+                             const torch::stable::Tensor& sb, const torch::stable::Tensor& out, GemmConfig cfg) {
+  const int block_n = cfg.block_n;
   const int64_t d = out.dim();  // 2 (dense) or 3 (k-grouped: [G, M, N])
   const int64_t m = out.size(d - 2), n = out.size(d - 1);
   const int64_t g = d == 3 ? out.size(0) : 1;
@@ -50,8 +51,8 @@ void set_scale_and_out_descs(const char* op, Params& p, const torch::stable::Ten
     // kernel's threads add the rest (epilogue_sm90.cuh).
     const int64_t tma_cols = n & ~int64_t{3};
     if (tma_cols > 0) {
-      check_tma_descriptor(op, "out",
-                           make_out_desc(&p.tma_out, out.mutable_data_ptr<float>(), g, m, tma_cols, ld, g_stride, block_n));
+      check_tma_descriptor(op, "out", make_out_desc(&p.tma_out, out.mutable_data_ptr<float>(), g, m, tma_cols, ld,
+                                                    g_stride, cfg.block_n, cfg.load_out));
     }
     p.out = OutView{out.mutable_data_ptr<float>(), m > 1 ? ld : 0, g > 1 ? g_stride : 0,
                     static_cast<int>(m),           static_cast<int>(n), static_cast<int>(tma_cols)};
@@ -70,20 +71,14 @@ void launch(const char* op, Params& p, GemmConfig cfg, const torch::stable::Tens
   WGRAD_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
 }
 
-// BLOCK_N for an M x N output repeated `batches` times: the heuristic of tile_config.h, unless
-// WGRAD_BLOCK_N names one of kBlockNCandidates (common/knobs.h).
-inline int choose_block_n(int64_t m, int64_t n, int64_t batches, const torch::stable::Tensor& out) {
-  const int forced = forced_block_n();
-  return forced != 0 ? forced : select_block_n(m, n, batches, num_sms_of(out));
-}
-
 // The tile width and epilogue of a weight-gradient call, M x N repeated `batches` times with tiles of
-// k_per_tile (dense K, or the mean K_g of a k-grouped call): a bf16 out has one epilogue; an fp32 one is
-// loaded ahead or reduce-added into (select_fp32_config, unless WGRAD_BLOCK_N or WGRAD_FP32_EPILOGUE forces).
+// k_per_tile (dense K, or the mean K_g of a k-grouped call): a bf16 out has one epilogue (select_bf16_block_n);
+// an fp32 one is loaded ahead or reduce-added into (select_fp32_config, unless WGRAD_BLOCK_N or
+// WGRAD_FP32_EPILOGUE forces).
 template <bool kBf16Out>
 GemmConfig choose_config(int64_t m, int64_t n, int64_t batches, int64_t k_per_tile, const torch::stable::Tensor& out) {
   if constexpr (kBf16Out) {
-    return {choose_block_n(m, n, batches, out), false};
+    return {select_bf16_block_n(m, n, batches, k_per_tile, num_sms_of(out), forced_block_n()), false};
   } else {
     return select_fp32_config(m, n, batches, k_per_tile, num_sms_of(out), forced_block_n(), forced_fp32_epilogue());
   }

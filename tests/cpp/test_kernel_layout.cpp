@@ -74,26 +74,23 @@ TEST(TileConfig, EveryCandidateFitsAtLeastThreeStages) {
 }
 
 TEST(TileConfig, LoadedOutForShortKOnly) {
-  constexpr int kSms = 132;
-  EXPECT_TRUE(wgrad::use_loaded_out(128, 1, kSms));
-  EXPECT_TRUE(wgrad::use_loaded_out(512, 6 * kSms, kSms));
-  EXPECT_FALSE(wgrad::use_loaded_out(1024, 8 * kSms, kSms)) << "a few waves of K = 1024: the reduce-add";
-  EXPECT_TRUE(wgrad::use_loaded_out(1024, 190 * kSms, kSms)) << "many waves of K = 1024: loaded";
-  EXPECT_FALSE(wgrad::use_loaded_out(1025, 1000 * kSms, kSms));
-  EXPECT_FALSE(wgrad::use_loaded_out(2048, 1000 * kSms, kSms));
-  EXPECT_FALSE(wgrad::use_loaded_out(8192, 1, kSms));
+  EXPECT_TRUE(wgrad::use_loaded_out(128));
+  EXPECT_TRUE(wgrad::use_loaded_out(512));
+  EXPECT_TRUE(wgrad::use_loaded_out(1024)) << "K = 1024, however few waves: loaded";
+  EXPECT_FALSE(wgrad::use_loaded_out(1025));
+  EXPECT_FALSE(wgrad::use_loaded_out(2048));
+  EXPECT_FALSE(wgrad::use_loaded_out(8192));
 }
 
-TEST(TileConfig, Fp32ConfigNarrowsLoadedTilesOfTwoBlocks) {
+TEST(TileConfig, Fp32ConfigNarrowsLoadedTiles) {
   constexpr int kSms = 132;
-  // 64 experts of 256 tokens, 4096 x 7168: loaded, at the narrowest width.
-  const wgrad::GemmConfig short_k = wgrad::select_fp32_config(4096, 7168, 64, 256, kSms, 0, -1);
-  EXPECT_TRUE(short_k.load_out);
-  EXPECT_EQ(short_k.block_n, wgrad::kBlockNCandidates[0]);
-  // K = 512: loaded at the heuristic's width.
-  const wgrad::GemmConfig k512 = wgrad::select_fp32_config(4096, 7168, 32, 512, kSms, 0, -1);
-  EXPECT_TRUE(k512.load_out);
-  EXPECT_EQ(k512.block_n, wgrad::select_block_n(4096, 7168, 32, kSms));
+  // 64 experts of 256 tokens, 16 of 1024, dense K = 1024: loaded, at the narrowest width.
+  for (const auto& c : {wgrad::select_fp32_config(4096, 7168, 64, 256, kSms, 0, -1),
+                        wgrad::select_fp32_config(4096, 7168, 16, 1024, kSms, 0, -1),
+                        wgrad::select_fp32_config(4096, 4096, 1, 1024, kSms, 0, -1)}) {
+    EXPECT_TRUE(c.load_out);
+    EXPECT_EQ(c.block_n, wgrad::kBlockNCandidates[0]);
+  }
   // Long K: the reduce-add at the heuristic's width.
   const wgrad::GemmConfig dense = wgrad::select_fp32_config(7168, 2112, 1, 4096, kSms, 0, -1);
   EXPECT_FALSE(dense.load_out);
@@ -105,7 +102,30 @@ TEST(TileConfig, Fp32ConfigNarrowsLoadedTilesOfTwoBlocks) {
   const wgrad::GemmConfig reduce = wgrad::select_fp32_config(4096, 7168, 64, 256, kSms, 0, 0);
   EXPECT_FALSE(reduce.load_out);
   EXPECT_EQ(reduce.block_n, wgrad::select_block_n(4096, 7168, 64, kSms));
-  EXPECT_TRUE(wgrad::select_fp32_config(7168, 2112, 1, 4096, kSms, 0, 1).load_out);
+  const wgrad::GemmConfig loaded = wgrad::select_fp32_config(7168, 2112, 1, 4096, kSms, 0, 1);
+  EXPECT_TRUE(loaded.load_out);
+  EXPECT_EQ(loaded.block_n, wgrad::kBlockNCandidates[0]);
+}
+
+TEST(TileConfig, Bf16NarrowsShortKTiles) {
+  constexpr int kSms = 132;
+  EXPECT_EQ(wgrad::select_bf16_block_n(7168, 2048, 32, 512, kSms, 0), wgrad::kBlockNCandidates[0]);
+  EXPECT_EQ(wgrad::select_bf16_block_n(4096, 4096, 1, 1024, kSms, 0), wgrad::kBlockNCandidates[0]);
+  EXPECT_EQ(wgrad::select_bf16_block_n(2048, 7168, 8, 2048, kSms, 0), wgrad::select_block_n(2048, 7168, 8, kSms));
+  EXPECT_EQ(wgrad::select_bf16_block_n(7168, 2112, 1, 8192, kSms, 0), wgrad::select_block_n(7168, 2112, 1, kSms));
+  EXPECT_EQ(wgrad::select_bf16_block_n(7168, 2048, 32, 512, kSms, 160), 160) << "a forced width is taken as given";
+}
+
+TEST(TileConfig, Fp32OutSwizzledOnlyWhereLoadedSlicesAreWholeBoxes) {
+  for (int bn : wgrad::kBlockNCandidates) {
+    EXPECT_FALSE(wgrad::fp32_out_swizzled(bn, false)) << bn << ": the reduce-add keeps one plain box per slice";
+    EXPECT_EQ(wgrad::fp32_out_box_cols(bn, false), bn / 2);
+    const bool whole = (bn / 2) % wgrad::kFp32OutSwizzledBoxCols == 0;
+    EXPECT_EQ(wgrad::fp32_out_swizzled(bn, true), whole) << bn;
+    EXPECT_EQ(wgrad::fp32_out_box_cols(bn, true), whole ? 32 : bn / 2) << bn;
+  }
+  EXPECT_TRUE(wgrad::fp32_out_swizzled(wgrad::kBlockNCandidates[0], true)) << "the loaded epilogue's width is swizzled";
+  EXPECT_EQ(wgrad::kFp32OutSwizzledBoxCols * 4, 128) << "one 128B-swizzle row";
 }
 
 TEST(TileConfig, MGroupedFitsThreeStagesBesideItsEpilogue) {

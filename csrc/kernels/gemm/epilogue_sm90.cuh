@@ -33,6 +33,51 @@ struct OutView {
   int tma_cols = 0;          // n & ~3: the columns the TMA store covers
 };
 
+// One epilogue slice (64 rows x BLOCK_N/2 fp32 columns of a warpgroup) in shared memory, and the TMA boxes
+// that move it. Plain: row-major rows of BLOCK_N/2 floats, one box per slice. Swizzled (out loaded ahead at
+// BLOCK_N 128, tile_config.h: fp32_out_swizzled): boxes of 32 columns (128-byte rows) in the 128B swizzle,
+// byte (r, c) of a box at r * 128 + ((c / 4) ^ (r % 8)) * 16 + 4 (c % 4). A warp's float2 accesses to its
+// fragment (8 rows x 4 lanes x 8 bytes) then take the two shared-memory wavefronts 256 bytes need, where
+// plain rows of 64 floats put all 8 rows on the same banks (8 wavefronts); the loaded epilogue reads and
+// writes the buffer, so its adds pay that twice. (The reduce-add only writes its slice and keeps plain rows:
+// one TMA reduce-add per slice; more, smaller ones measured slower, decisions 0007 and 0041.)
+template <int kSliceCols_, bool kSwizzled_>
+struct Fp32SliceLayout {
+  static constexpr int kSliceCols = kSliceCols_;
+  static constexpr bool kSwizzled = kSwizzled_;
+  static constexpr int kRows = kEpilogueSliceRows;
+  static constexpr int kBoxCols = kSwizzled ? kFp32OutSwizzledBoxCols : kSliceCols;
+  static constexpr int kBoxes = kSliceCols / kBoxCols;
+  static constexpr int kBoxBytes = kRows * kBoxCols * 4;
+  static constexpr int kBytes = kRows * kSliceCols * 4;
+  static_assert(kBoxes * kBoxCols == kSliceCols, "a swizzled slice is whole boxes of 32 columns");
+  static_assert(!kSwizzled || kBytes % 1024 == 0, "every slice's first box must keep the swizzle's 1024-byte alignment");
+
+  // The thread's byte offset of its float2 in row r and columns 2 (lane % 4) + {0, 1} (column group j = 0);
+  // r % 8 == lane / 4 (the fragment's rows).
+  __device__ static int thread_offset(int r, int lane) {
+    return kSwizzled ? r * 128 + 16 * (((lane % 4) / 2) ^ (r % 8)) + 8 * (lane % 2) : (r * kSliceCols + 2 * (lane % 4)) * 4;
+  }
+  // Column group j (columns 8 j ..), row half h (rows + 8 h). Swizzled: the chunk index 2 (j % 4) + (lane % 4) / 2
+  // is XORed with r % 8, one XOR per column group.
+  __device__ static int offset(int thread, int j, int h) {
+    if constexpr (kSwizzled) {
+      return (j / 4) * kBoxBytes + (thread ^ (32 * (j % 4))) + 8 * 128 * h;
+    } else {
+      return thread + 4 * (8 * j + 8 * kSliceCols * h);
+    }
+  }
+  // f(smem byte offset, first column) for each box of a slice whose columns start at n0 and that holds
+  // columns of out (< tma_cols); the TMA clips a box's columns past tma_cols.
+  template <class F>
+  __device__ static void for_each_box(int n0, int tma_cols, F&& f) {
+    CUTE_UNROLL
+    for (int box = 0; box < kBoxes; ++box) {
+      if (n0 + box * kBoxCols < tma_cols) f(box * kBoxBytes, n0 + box * kBoxCols);
+    }
+  }
+};
+
 template <int kBlockN_>
 struct EpilogueSm90 {
   static constexpr int kBlockN = kBlockN_;
@@ -116,9 +161,10 @@ struct EpilogueSm90 {
 // so the host picks it for short K only (tile_config.h: select_fp32_config).
 //
 // Each consumer warpgroup owns its half of the buffer (its BLOCK_N/2 columns, as two 64-row slices laid out
-// as EpilogueSm90's) and one transaction barrier. The warpgroup's first thread loads its half: for the CTA's
-// first tile before the mainloop, for every later tile as soon as the previous tile's stores have read the
-// buffer, so the load runs under the next tile's mainloop. Tile i of a CTA (counting the tiles it does not
+// as Fp32SliceLayout: in swizzled boxes at BLOCK_N 128, the width the host picks for it) and one transaction
+// barrier. The warpgroup's first thread loads its half: for the CTA's first tile before the mainloop, for
+// every later tile as soon as the previous tile's stores have read the buffer, so the load runs under the
+// next tile's mainloop. Tile i of a CTA (counting the tiles it does not
 // skip) waits in phase i % 2. Each out tile is written by one CTA once (no split K), so loading and storing
 // it is race-free. Columns past tma_cols (a ragged right edge) stay with the threads, as in EpilogueSm90.
 template <int kBlockN_>
@@ -128,12 +174,12 @@ struct EpilogueLoadedSm90 {
   static constexpr int kSliceCols = epilogue_slice_cols(kBlockN);
   static constexpr int kSliceElems = kRowsPerSlice * kSliceCols;
   static constexpr int kFragPerM = kBlockN / 4;
-  static constexpr uint32_t kWarpgroupBytes = static_cast<uint32_t>(4 * kEpilogueSlices * kSliceElems);
+  using Layout = Fp32SliceLayout<kSliceCols, fp32_out_swizzled(kBlockN, true)>;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
 
   struct SharedStorage {
-    alignas(128) float out[2][kEpilogueSlices][kSliceElems];  // [warpgroup][slice] (64,BLK_N/2) row-major
-    alignas(8) uint64_t full[2];                                // [warpgroup]: its half has landed
+    alignas(1024) float out[2][kEpilogueSlices][kSliceElems];  // [warpgroup][slice], as Layout
+    alignas(8) uint64_t full[2];                                 // [warpgroup]: its half has landed
   };
 
   // One thread, before the CTA's first barrier sync.
@@ -142,21 +188,26 @@ struct EpilogueLoadedSm90 {
     Barrier::init(&smem.full[1], 1);
   }
 
-  // The first thread of warpgroup wg: its half of tile c's window. A half wholly past tma_cols (nothing
-  // for the TMA) lands no bytes.
+  // The first thread of warpgroup wg: its half of tile c's window, the boxes that hold columns of out (a
+  // half wholly past tma_cols lands no bytes).
   __device__ static void load(const CUtensorMap* tma_out, const OutView& out, SharedStorage& smem,
                               const TileCoord& c, int wg) {
     constexpr uint64_t kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
     const int n0 = c.n_block * kBlockN + wg * kSliceCols;
-    if (n0 < out.tma_cols) {
-      Barrier::arrive_and_expect_tx(&smem.full[wg], kWarpgroupBytes);
-      CUTE_UNROLL
-      for (int slice = 0; slice < kEpilogueSlices; ++slice) {
-        cute::SM90_TMA_LOAD_3D::copy(tma_out, &smem.full[wg], kEvictFirst, smem.out[wg][slice], n0,
-                                     c.m_block * kBlockM + slice * kRowsPerSlice, c.group);
-      }
-    } else {
+    uint32_t bytes = 0;
+    Layout::for_each_box(n0, out.tma_cols, [&](int, int) { bytes += Layout::kBoxBytes; });
+    if (bytes == 0) {
       Barrier::arrive(&smem.full[wg]);
+      return;
+    }
+    Barrier::arrive_and_expect_tx(&smem.full[wg], kEpilogueSlices * bytes);
+    CUTE_UNROLL
+    for (int slice = 0; slice < kEpilogueSlices; ++slice) {
+      uint8_t* buf = reinterpret_cast<uint8_t*>(smem.out[wg][slice]);
+      const int r0 = c.m_block * kBlockM + slice * kRowsPerSlice;
+      Layout::for_each_box(n0, out.tma_cols, [&](int offset, int col) {
+        cute::SM90_TMA_LOAD_3D::copy(tma_out, &smem.full[wg], kEvictFirst, buf + offset, col, r0, c.group);
+      });
     }
   }
 
@@ -175,19 +226,27 @@ struct EpilogueLoadedSm90 {
     const int c0 = 2 * (lane % 4);       // + 8 j, within the warpgroup's columns
     const int n0 = c.n_block * kBlockN + wg * kSliceCols;
     const int m0 = c.m_block * kBlockM;
+    const int at = Layout::thread_offset(r, lane);
 
     Barrier::wait(&smem.full[wg], index & 1);
     CUTE_UNROLL
     for (int slice = 0; slice < kEpilogueSlices; ++slice) {
-      float* buf = smem.out[wg][slice];
+      uint8_t* buf = reinterpret_cast<uint8_t*>(smem.out[wg][slice]);
+      // All of the slice's loads before its first store: interleaved, every store could alias the next load,
+      // and each pair would wait out a shared-memory round trip in turn.
+      float2 loaded[kSliceCols / 8][2];
+      CUTE_UNROLL
+      for (int j = 0; j < kSliceCols / 8; ++j) {
+        loaded[j][0] = *reinterpret_cast<const float2*>(buf + Layout::offset(at, j, 0));
+        loaded[j][1] = *reinterpret_cast<const float2*>(buf + Layout::offset(at, j, 1));
+      }
       CUTE_UNROLL
       for (int j = 0; j < kSliceCols / 8; ++j) {
         const int i = kFragPerM * slice + 4 * j;
-        float2* lo = reinterpret_cast<float2*>(&buf[r * kSliceCols + 8 * j + c0]);
-        float2* hi = reinterpret_cast<float2*>(&buf[(r + 8) * kSliceCols + 8 * j + c0]);
-        const float2 x = *lo, y = *hi;
-        *lo = make_float2(x.x + acc(i + 0), x.y + acc(i + 1));
-        *hi = make_float2(y.x + acc(i + 2), y.y + acc(i + 3));
+        *reinterpret_cast<float2*>(buf + Layout::offset(at, j, 0)) =
+            make_float2(loaded[j][0].x + acc(i + 0), loaded[j][0].y + acc(i + 1));
+        *reinterpret_cast<float2*>(buf + Layout::offset(at, j, 1)) =
+            make_float2(loaded[j][1].x + acc(i + 2), loaded[j][1].y + acc(i + 3));
       }
     }
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes, read next by the TMA unit
@@ -196,7 +255,11 @@ struct EpilogueLoadedSm90 {
       if (n0 < out.tma_cols) {
         CUTE_UNROLL
         for (int slice = 0; slice < kEpilogueSlices; ++slice) {
-          cute::SM90_TMA_STORE_3D::copy(tma_out, smem.out[wg][slice], n0, m0 + slice * kRowsPerSlice, c.group);
+          uint8_t* buf = reinterpret_cast<uint8_t*>(smem.out[wg][slice]);
+          const int r0 = m0 + slice * kRowsPerSlice;
+          Layout::for_each_box(n0, out.tma_cols, [&](int offset, int col) {
+            cute::SM90_TMA_STORE_3D::copy(tma_out, buf + offset, col, r0, c.group);
+          });
         }
         cute::tma_store_arrive();
         cute::tma_store_wait<0>();  // the stores have read the buffer (not yet written out)

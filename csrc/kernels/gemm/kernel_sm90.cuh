@@ -46,7 +46,8 @@ struct GemmParamsSm90 {
   CUtensorMap tma_b;    // fp8 [rows N, K], box 128 x BLOCK_N (unused: Packed); MGrouped: [G, N, K], box 128 x BLOCK_N x 1
   CUtensorMap tma_sa;   // fp32 [M, KB] MN-major, box 128 x 1
   CUtensorMap tma_sb;   // fp32 [N, KB] MN-major, box BLOCK_N x 1 (unused: MGrouped)
-  CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1, reduce-add (unused when N < 4);
+  CUtensorMap tma_out;  // fp32 [G, M, N & ~3], box BLOCK_N/2 x 64 x 1 (out loaded ahead at BLOCK_N 128: 32 x 64
+                        // x 1, 128B swizzle; tile_config.h: fp32_out_box_cols) (unused when N < 4);
                         // bf16 out: [G, M, N & ~7] ([1, T, N]: MGrouped), box 64 x 64 x 1, 128B swizzle
                         // (when out_bf16.tma)
   std::conditional_t<kMode_ == GroupMode::Packed, PackedGroups, NoPackedGroups> packed;

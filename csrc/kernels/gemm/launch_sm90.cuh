@@ -53,12 +53,14 @@ inline std::string make_out_desc_3d(CUtensorMap* desc, CUtensorMapDataType dtype
   return encode_tma_descriptor(desc, dtype, 3, ptr, dims, strides, box, swizzle);
 }
 
-// fp32 out [g, m, n]; box BLOCK_N/2 x 64 x 1 (one epilogue slice: a consumer warpgroup's columns, one m64
-// block).
+// fp32 out [g, m, n]; box fp32_out_box_cols x 64 x 1: one epilogue slice (a consumer warpgroup's columns, one
+// m64 block), or for out loaded ahead at BLOCK_N 128 a 32-column part of it in the 128B swizzle
+// (epilogue_sm90.cuh: Fp32SliceLayout).
 inline std::string make_out_desc(CUtensorMap* desc, float* ptr, int64_t g, int64_t m, int64_t n, int64_t ld,
-                                 int64_t g_stride, int block_n) {
+                                 int64_t g_stride, int block_n, bool load_out) {
   return make_out_desc_3d(desc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, ptr, g, m, n, ld, g_stride,
-                          epilogue_slice_cols(block_n), CU_TENSOR_MAP_SWIZZLE_NONE);
+                          fp32_out_box_cols(block_n, load_out),
+                          fp32_out_swizzled(block_n, load_out) ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // fp8 [g, rows, k] K-major operand, row stride `ld` and group stride `g_stride` elements (any order of the

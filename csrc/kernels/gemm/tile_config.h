@@ -33,6 +33,16 @@ constexpr int kEpilogueSlices = 2;
 constexpr int kEpilogueSliceRows = kBlockM / kEpilogueSlices;
 constexpr int epilogue_slice_cols(int block_n) { return block_n / 2; }
 constexpr int64_t epilogue_bytes(int block_n) { return int64_t{4} * 2 * kEpilogueSliceRows * epilogue_slice_cols(block_n); }
+// Where a slice of fp32 out is whole boxes of 32 columns (128-byte rows), the loaded epilogue keeps it in the
+// 128B swizzle, whose boxes its float2 adds reach without bank conflicts (epilogue_sm90.cuh: Fp32SliceLayout);
+// elsewhere a slice is plain rows, one TMA box.
+constexpr int kFp32OutSwizzledBoxCols = 32;
+constexpr bool fp32_out_swizzled(int block_n, bool load_out) {
+  return load_out && epilogue_slice_cols(block_n) % kFp32OutSwizzledBoxCols == 0;
+}
+constexpr int fp32_out_box_cols(int block_n, bool load_out) {
+  return fp32_out_swizzled(block_n, load_out) ? kFp32OutSwizzledBoxCols : epilogue_slice_cols(block_n);
+}
 
 // 227 KB opt-in limit of dynamic shared memory per block, minus room for the pipeline's barriers and
 // alignment padding (launch_gemm_sm90_bn asserts the real size).
@@ -49,19 +59,13 @@ constexpr int stages_for(int block_n, bool load_out = false) {
   return s > kMaxStages ? kMaxStages : s;
 }
 
-// Which fp32 epilogue a call runs, from the K of its tiles (dense K, or the mean K_g of a k-grouped call) and
-// their number: out loaded ahead where a tile's K blocks take less time than its out window's traffic, the
-// reduce-add (one pipeline stage more, and no wait for each tile's stores) beyond. Measured (decision 0040):
-// the loaded epilogue wins at K <= 512 (dense 7168 x 2112, 6 waves: 4 %; 32 and 64 experts: 12-15 %) and at
-// K ~ 1024 over many waves (16 experts of 4096 x 7168, ~190 waves: 4-6 %), loses at K = 1024 over a few
-// waves (dense 4096 x 4096: 6-7 %) and from K = 2048 on (7-19 %).
-constexpr int64_t kLoadedOutMaxK = 512;
-constexpr int64_t kLoadedOutManyWavesMaxK = 1024;
-constexpr int64_t kLoadedOutManyWaves = 16;
-constexpr bool use_loaded_out(int64_t k_per_tile, int64_t tiles, int num_sms) {
-  return k_per_tile <= kLoadedOutMaxK ||
-         (k_per_tile <= kLoadedOutManyWavesMaxK && tiles >= kLoadedOutManyWaves * num_sms);
-}
+// Which fp32 epilogue a call runs, from the K of its tiles (dense K, or the mean K_g of a k-grouped call): out
+// loaded ahead where a tile's K blocks take less time than its out window's traffic, the reduce-add (one
+// pipeline stage more, and no wait for each tile's stores) beyond. Measured (decisions 0040, 0041), loaded at
+// BLOCK_N 128 against the reduce-add: faster from K = 256 to 1024 (dense 4096 x 4096 x 1024: 4 %; 16 to 64
+// experts: 16-23 %), slower from K = 2048 on (8-14 %).
+constexpr int64_t kLoadedOutMaxK = 1024;
+constexpr bool use_loaded_out(int64_t k_per_tile) { return k_per_tile <= kLoadedOutMaxK; }
 // The m-grouped GEMM: a stage holds the A and B tiles and A's scales (B's block scales are read from global
 // memory), and the bf16 epilogue stages a whole tile (each warpgroup's 128 x 128 bf16), so that a tile's
 // stores never wait for one another. Three stages fit beside it.
@@ -103,21 +107,30 @@ inline int select_block_n(int64_t m, int64_t n, int64_t batches, int num_sms) {
 }
 
 // An fp32 GEMM call's tile width and epilogue. forced_block_n: 0 (the heuristic) or one of kBlockNCandidates;
-// forced_load_out: -1 (the heuristic), 0 (reduce-add) or 1 (loaded). With out loaded ahead and tiles of at
-// most two K blocks, the narrowest width: its whole-tile buffer leaves 4 pipeline stages (BLOCK_N 160: 3),
-// measured 12-15 % faster on 64 experts of 256 tokens (decision 0040).
-constexpr int64_t kLoadedOutNarrowMaxK = 256;
+// forced_load_out: -1 (the heuristic), 0 (reduce-add) or 1 (loaded). Out loaded ahead takes the narrowest
+// width: its whole-tile buffer leaves 4 pipeline stages there (BLOCK_N 160: 3), and its slices are whole
+// swizzled boxes (fp32_out_swizzled); measured 4-13 % faster than select_block_n's width (160 on those shapes)
+// from 256 to 1024 tokens per expert (decision 0041).
 struct GemmConfig {
   int block_n;
   bool load_out;
 };
 inline GemmConfig select_fp32_config(int64_t m, int64_t n, int64_t batches, int64_t k_per_tile, int num_sms,
                                      int forced_block_n, int forced_load_out) {
-  int block_n = forced_block_n != 0 ? forced_block_n : select_block_n(m, n, batches, num_sms);
-  const int64_t tiles = ceil_div(m, kBlockM) * ceil_div(n, block_n) * (batches > 0 ? batches : 1);
-  const bool load_out = forced_load_out >= 0 ? forced_load_out == 1 : use_loaded_out(k_per_tile, tiles, num_sms);
-  if (load_out && forced_block_n == 0 && k_per_tile <= kLoadedOutNarrowMaxK) block_n = kBlockNCandidates[0];
+  const bool load_out = forced_load_out >= 0 ? forced_load_out == 1 : use_loaded_out(k_per_tile);
+  int block_n = forced_block_n;
+  if (block_n == 0) block_n = load_out ? kBlockNCandidates[0] : select_block_n(m, n, batches, num_sms);
   return {block_n, load_out};
+}
+
+// A bf16 weight-gradient call's tile width (forced_block_n: 0 or one of kBlockNCandidates): with K <= 1024 per
+// tile the narrowest, else select_block_n's. Measured (decision 0041): 6-7 % faster than the heuristic's width
+// on 32 experts of ~512 tokens (7168 x 2048 and 2048 x 7168), 2 % slower on 8 experts of ~2048.
+constexpr int64_t kBf16NarrowMaxK = 1024;
+inline int select_bf16_block_n(int64_t m, int64_t n, int64_t batches, int64_t k_per_tile, int num_sms,
+                               int forced_block_n) {
+  if (forced_block_n != 0) return forced_block_n;
+  return k_per_tile <= kBf16NarrowMaxK ? kBlockNCandidates[0] : select_block_n(m, n, batches, num_sms);
 }
 
 }  // namespace wgrad
