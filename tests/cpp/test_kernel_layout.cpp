@@ -110,7 +110,8 @@ TEST(TileConfig, Fp32ConfigNarrowsLoadedTiles) {
 TEST(TileConfig, Bf16NarrowsShortKTiles) {
   constexpr int kSms = 132;
   EXPECT_EQ(wgrad::select_bf16_block_n(7168, 2048, 32, 512, kSms, 0), wgrad::kBlockNCandidates[0]);
-  EXPECT_EQ(wgrad::select_bf16_block_n(4096, 4096, 1, 1024, kSms, 0), wgrad::kBlockNCandidates[0]);
+  EXPECT_EQ(wgrad::select_bf16_block_n(4096, 4096, 1, 512, kSms, 0), wgrad::kBlockNCandidates[0]);
+  EXPECT_EQ(wgrad::select_bf16_block_n(4096, 4096, 1, 1024, kSms, 0), wgrad::select_block_n(4096, 4096, 1, kSms));
   EXPECT_EQ(wgrad::select_bf16_block_n(2048, 7168, 8, 2048, kSms, 0), wgrad::select_block_n(2048, 7168, 8, kSms));
   EXPECT_EQ(wgrad::select_bf16_block_n(7168, 2112, 1, 8192, kSms, 0), wgrad::select_block_n(7168, 2112, 1, kSms));
   EXPECT_EQ(wgrad::select_bf16_block_n(7168, 2048, 32, 512, kSms, 160), 160) << "a forced width is taken as given";

@@ -123,10 +123,10 @@ inline GemmConfig select_fp32_config(int64_t m, int64_t n, int64_t batches, int6
   return {block_n, load_out};
 }
 
-// A bf16 weight-gradient call's tile width (forced_block_n: 0 or one of kBlockNCandidates): with K <= 1024 per
+// A bf16 weight-gradient call's tile width (forced_block_n: 0 or one of kBlockNCandidates): with K <= 512 per
 // tile the narrowest, else select_block_n's. Measured (decision 0041): 6-7 % faster than the heuristic's width
 // on 32 experts of ~512 tokens (7168 x 2048 and 2048 x 7168), 2 % slower on 8 experts of ~2048.
-constexpr int64_t kBf16NarrowMaxK = 1024;
+constexpr int64_t kBf16NarrowMaxK = 512;
 inline int select_bf16_block_n(int64_t m, int64_t n, int64_t batches, int64_t k_per_tile, int num_sms,
                                int forced_block_n) {
   if (forced_block_n != 0) return forced_block_n;
