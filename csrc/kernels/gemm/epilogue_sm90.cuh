@@ -33,24 +33,26 @@ struct OutView {
   int tma_cols = 0;          // n & ~3: the columns the TMA store covers
 };
 
-// One epilogue slice (64 rows x BLOCK_N/2 fp32 columns of a warpgroup) in shared memory, and the TMA boxes
-// that move it. Plain: row-major rows of BLOCK_N/2 floats, one box per slice. Swizzled (out loaded ahead at
-// BLOCK_N 128, tile_config.h: fp32_out_swizzled): boxes of 32 columns (128-byte rows) in the 128B swizzle,
-// byte (r, c) of a box at r * 128 + ((c / 4) ^ (r % 8)) * 16 + 4 (c % 4). A warp's float2 accesses to its
-// fragment (8 rows x 4 lanes x 8 bytes) then take the two shared-memory wavefronts 256 bytes need, where
-// plain rows of 64 floats put all 8 rows on the same banks (8 wavefronts); the loaded epilogue reads and
-// writes the buffer, so its adds pay that twice. (The reduce-add only writes its slice and keeps plain rows:
-// one TMA reduce-add per slice; more, smaller ones measured slower, decisions 0007 and 0041.)
-template <int kSliceCols_, bool kSwizzled_>
+// One slice of the loaded epilogue's buffer (64 rows x BLOCK_N/2 fp32 columns of a warpgroup) in shared
+// memory, and the TMA boxes that move it, as tile_config.h's fp32_out_box_cols / fp32_out_swizzled give them to
+// the host's tensor map. Swizzled (BLOCK_N 128): boxes of 32 columns (128-byte rows) in the 128B swizzle, byte
+// (r, c) of a box at r * 128 + ((c / 4) ^ (r % 8)) * 16 + 4 (c % 4). A warp's float2 accesses to its fragment
+// (8 rows x 4 lanes x 8 bytes) then take the two shared-memory wavefronts 256 bytes need, where plain rows of
+// 64 floats put all 8 rows on the same banks (8 wavefronts); the add reads and writes the buffer, so it would
+// pay that twice. Plain (the other widths): row-major rows of BLOCK_N/2 floats, one box per slice. (The
+// reduce-add only writes its slice and keeps plain rows: one TMA reduce-add per slice; more, smaller ones
+// measured slower, decisions 0007 and 0041.)
+template <int kBlockN>
 struct Fp32SliceLayout {
-  static constexpr int kSliceCols = kSliceCols_;
-  static constexpr bool kSwizzled = kSwizzled_;
+  static constexpr int kSliceCols = epilogue_slice_cols(kBlockN);
+  static constexpr bool kSwizzled = fp32_out_swizzled(kBlockN, true);
   static constexpr int kRows = kEpilogueSliceRows;
-  static constexpr int kBoxCols = kSwizzled ? kFp32OutSwizzledBoxCols : kSliceCols;
+  static constexpr int kBoxCols = fp32_out_box_cols(kBlockN, true);
   static constexpr int kBoxes = kSliceCols / kBoxCols;
   static constexpr int kBoxBytes = kRows * kBoxCols * 4;
   static constexpr int kBytes = kRows * kSliceCols * 4;
-  static_assert(kBoxes * kBoxCols == kSliceCols, "a swizzled slice is whole boxes of 32 columns");
+  static_assert(kBoxes * kBoxCols == kSliceCols, "a slice is whole boxes");
+  static_assert(!kSwizzled || kBoxCols * 4 == 128, "a swizzled box row is the 128B swizzle's row");
   static_assert(!kSwizzled || kBytes % 1024 == 0, "every slice's first box must keep the swizzle's 1024-byte alignment");
 
   // The thread's byte offset of its float2 in row r and columns 2 (lane % 4) + {0, 1} (column group j = 0);
@@ -164,9 +166,8 @@ struct EpilogueSm90 {
 // as Fp32SliceLayout: in swizzled boxes at BLOCK_N 128, the width the host picks for it) and one transaction
 // barrier. The warpgroup's first thread loads its half: for the CTA's first tile before the mainloop, for
 // every later tile as soon as the previous tile's stores have read the buffer, so the load runs under the
-// next tile's mainloop. Tile i of a CTA (counting the tiles it does not
-// skip) waits in phase i % 2. Each out tile is written by one CTA once (no split K), so loading and storing
-// it is race-free. Columns past tma_cols (a ragged right edge) stay with the threads, as in EpilogueSm90.
+// next tile's mainloop. Tile i of a CTA (counting the tiles it does not skip) waits in phase i % 2. Each out
+// tile is written by one CTA once (no split K), so loading and storing it is race-free. Columns past tma_cols (a ragged right edge) stay with the threads, as in EpilogueSm90.
 template <int kBlockN_>
 struct EpilogueLoadedSm90 {
   static constexpr int kBlockN = kBlockN_;
@@ -174,7 +175,7 @@ struct EpilogueLoadedSm90 {
   static constexpr int kSliceCols = epilogue_slice_cols(kBlockN);
   static constexpr int kSliceElems = kRowsPerSlice * kSliceCols;
   static constexpr int kFragPerM = kBlockN / 4;
-  using Layout = Fp32SliceLayout<kSliceCols, fp32_out_swizzled(kBlockN, true)>;
+  using Layout = Fp32SliceLayout<kBlockN>;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
 
   struct SharedStorage {
