@@ -34,7 +34,7 @@ from ..nn import Fp8GroupedLinear, Fp8Linear
 from ..nn import _recipe
 from .common import ProgressFn
 from .suite import Suite, SuiteRun
-from .timing import L2_FLUSH_BYTES
+from .timing import L2_FLUSH_BYTES, sleep_cycles_per_ms
 
 TOKENS = 8192
 # (in_features, out_features) of DeepSeek-V3 layers (hidden 7168): attention and MLP projections.
@@ -60,18 +60,6 @@ def uneven_split(total: int, groups: int, seed: int = 0) -> List[int]:
     sizes = [int(v) for v in torch.floor(weights / weights.sum() * total).tolist()]
     sizes[0] += total - sum(sizes)
     return sizes
-
-
-def _sleep_cycles_per_ms() -> float:
-    """GPU clock cycles of `torch.cuda._sleep` per millisecond on this device (measured once)."""
-    cycles = 2_000_000
-    torch.cuda._sleep(cycles)  # warm-up
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(cycles)
-    end.record()
-    end.synchronize()
-    return cycles / start.elapsed_time(end)
 
 
 @dataclass
@@ -109,7 +97,7 @@ def time_interleaved(fns: Dict[str, Callable[[], object]], reps: int, flush: tor
             fn()
             host = max(host, time.perf_counter() - t0)
     torch.cuda.synchronize()
-    sleep_cycles = int(_sleep_cycles_per_ms() * max(1.0, 2e3 * host))
+    sleep_cycles = int(sleep_cycles_per_ms() * max(1.0, 2e3 * host))
     gpu: Dict[str, List[float]] = {name: [] for name in fns}
     hosts: Dict[str, List[float]] = {name: [] for name in fns}
     for _ in range(reps):

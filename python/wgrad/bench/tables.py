@@ -123,8 +123,8 @@ def legend(rows: Sequence[dict]) -> List[str]:
                  f"torch._scaled_mm with one scale per tensor on {RATE_GEMM_SIZE}^3 e4m3, and a "
                  f"{RATE_COPY_BYTES / 2 ** 30:g} GiB copy_ (read + write); 'binds' = the larger term (math or "
                  "memory). Every row, bf16 too, is held to the FP8 rate.")
-    lines.append("  host us = the launching thread's time in one call (perf_counter around it, the GPU not waited "
-                 "for; median of --reps calls, each after the GPU's queue drained).")
+    lines.append("  host us = the launching thread's time per call when it runs ahead of the GPU (calls enqueued "
+                 "8 at a time behind a GPU sleep that outlasts them; median of the per-call means over --reps calls).")
     return lines
 
 

@@ -4,7 +4,7 @@ medians.
 Two timers share the flush and the event pattern:
 - `time_calls` (the GEMM suites): warm-up calls, then a busy period so the GPU's clocks are up, then
   `reps` single calls; returns every time (the caller takes the median); optionally also the host time
-  of each call (`host_us`).
+  per call (`host_us`, from `host_times_us`).
 - `time_pair_ms` / `median_ms` (the quantization suite): a kernel and the copy it is compared with,
   timed call by call in turn so both see the same state of the machine.
 """
@@ -20,6 +20,10 @@ import torch
 DEFAULT_REPS = 30
 DEFAULT_WARMUP = 5
 WARMUP_SECONDS = 0.1  # GPU only: minimum busy time before timing (time_calls)
+# Host time: calls enqueued this many at a time behind one GPU sleep, in at least HOST_BURSTS bursts
+# (host_times_us).
+HOST_BURST = 8
+HOST_BURSTS = 5
 # Five times the 50 MB L2 of an H100/H200; zeroed before every timed call.
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 
@@ -46,11 +50,7 @@ def time_calls(fn: Callable[[], None], reps: int, warmup: int, flush: Optional[t
     """Milliseconds of `reps` single calls of `fn`, each preceded (outside the timed region) by zeroing
     `flush`. CUDA events on a GPU; wall clock on a CPU (used only by the CPU tests).
 
-    With `host_us`, it also gets the host time of `reps` calls in microseconds: perf_counter around the
-    call, after the flush is queued and before the GPU has run the call, i.e. what the call costs the
-    thread that launches it. On a GPU they are timed in a pass of their own, the queue drained before each
-    flush: back to back, the calls queue up ahead of the GPU, and a queue deep enough blocks the launching
-    thread, which would count GPU time as host time."""
+    With `host_us`, it also gets the host time per call in microseconds (`host_times_us`)."""
     for _ in range(warmup):
         fn()
     if device.type == "cuda":
@@ -74,14 +74,7 @@ def time_calls(fn: Callable[[], None], reps: int, warmup: int, flush: Optional[t
         torch.cuda.synchronize(device)
         times = [start.elapsed_time(end) for start, end in events]
         if host_us is not None:
-            for _ in range(reps):
-                sync(device)
-                if flush is not None:
-                    flush.zero_()
-                t0 = time.perf_counter()
-                fn()
-                host_us.append((time.perf_counter() - t0) * 1e6)
-            sync(device)
+            host_us.extend(host_times_us(fn, reps))
         return times
     times = []
     for _ in range(reps):
@@ -92,6 +85,43 @@ def time_calls(fn: Callable[[], None], reps: int, warmup: int, flush: Optional[t
         times.append((time.perf_counter() - t0) * 1e3)
     if host_us is not None:  # on a CPU the call's host time is its time
         host_us.extend(t * 1e3 for t in times)
+    return times
+
+
+def sleep_cycles_per_ms() -> float:
+    """GPU clock cycles of `torch.cuda._sleep` per millisecond on this device (measured once)."""
+    cycles = 2_000_000
+    torch.cuda._sleep(cycles)  # warm-up
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
+def host_times_us(fn: Callable[[], object], calls: int) -> List[float]:
+    """What `fn` costs the thread that launches it, in microseconds per call, as a training step pays it: the
+    host running ahead of the GPU. The calls are enqueued HOST_BURST at a time, back to back, behind a GPU
+    sleep that outlasts the burst (so the queue never fills and blocks the thread), `calls` calls but at
+    least HOST_BURSTS bursts; each burst gives its mean. One call made right after a synchronisation costs
+    up to twice as much (an H100 host, the dense entry point: 42 against 21 us): the thread and its caches
+    are cold after the wait, which no step of a training loop that keeps the GPU busy sees."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(HOST_BURST):
+        fn()
+    burst_ms = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
+    sleep_cycles = int(sleep_cycles_per_ms() * max(1.0, 4 * burst_ms))
+    times = []
+    for _ in range(max(HOST_BURSTS, -(-calls // HOST_BURST))):
+        torch.cuda._sleep(sleep_cycles)
+        t0 = time.perf_counter()
+        for _ in range(HOST_BURST):
+            fn()
+        times.append((time.perf_counter() - t0) * 1e6 / HOST_BURST)
+        torch.cuda.synchronize()
     return times
 
 
