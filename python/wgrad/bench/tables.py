@@ -9,6 +9,7 @@ from .bound import RATE_COPY_BYTES, RATE_GEMM_SIZE
 from .common import geomean
 from .impls import impl_summaries
 from .problems import BYTES_NOTE
+from .timing import HOST_BURST, HOST_BURSTS
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
@@ -124,7 +125,8 @@ def legend(rows: Sequence[dict]) -> List[str]:
                  f"{RATE_COPY_BYTES / 2 ** 30:g} GiB copy_ (read + write); 'binds' = the larger term (math or "
                  "memory). Every row, bf16 too, is held to the FP8 rate.")
     lines.append("  host us = the launching thread's time per call when it runs ahead of the GPU (calls enqueued "
-                 "8 at a time behind a GPU sleep that outlasts them; median of the per-call means over --reps calls).")
+                 f"{HOST_BURST} at a time behind a GPU sleep that outlasts them; median of the per-call means over "
+                 f"--reps calls, at least {HOST_BURSTS} bursts).")
     return lines
 
 
