@@ -365,6 +365,38 @@ def test_gpu_poisoned_out_window(m, n, k):
     assert rel_frobenius(out, reference.wgrad_gemm_reference(a, sa, b, sb)) <= GPU_REL_TOL
 
 
+@pytest.mark.parametrize("m, n", [pytest.param(m, n, marks=GPU_MARKS) for m, n in [(129, 255), (1000, 4097)]])
+def test_gpu_same_addresses_in_other_shapes(m, n):
+    """The host keeps encoded descriptors by their arguments (kernels/common/tma_descriptor_cache.h): views of
+    the same buffers with another K, row stride or width start at the same addresses, and each call, first
+    or repeated, must get descriptors of its own shapes."""
+    gen = torch.Generator(device="cuda").manual_seed(m + n)
+    k_max, pad = 1008, 48
+    a_buf = torch.randn(m * (k_max + pad), device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    b_buf = torch.randn(n * (k_max + pad), device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    sa_all = rand_scales(m, wgrad.num_k_blocks(k_max), device="cuda", gen=gen)
+    sb_all = rand_scales(n, wgrad.num_k_blocks(k_max), device="cuda", gen=gen)
+    n4 = wgrad.align_up(n, 4)  # out rows are 16-byte aligned
+    out_buf = torch.empty(m * (n4 + 8), device="cuda")
+
+    def call(k, a_ld, b_ld, width, out_ld):
+        a = a_buf[: m * a_ld].view(m, a_ld)[:, :k]
+        b = b_buf[: n * b_ld].view(n, b_ld)[:, :k]
+        kb = wgrad.num_k_blocks(k)
+        out = out_buf[: m * out_ld].view(m, out_ld)[:, :width]
+        out.fill_(0.0)
+        OP(a, sa_all[:, :kb], b[:width], sb_all[:width, :kb], out)
+        ref = reference.wgrad_gemm_reference(a, sa_all[:, :kb], b[:width], sb_all[:width, :kb])
+        err = rel_frobenius(out, ref)
+        assert err <= GPU_REL_TOL, f"K={k} a_ld={a_ld} b_ld={b_ld} width={width} out_ld={out_ld}: {err:.3e}"
+
+    shapes = [(k_max, k_max + pad, k_max + pad, n, n4 + 8), (144, 144, 144, n, n4 + 8), (k_max, k_max, k_max + pad, n, n4),
+              (144, k_max + pad, 144, n - 4, n4 + 8), (k_max, k_max + pad, k_max, n - 4, n4 - 4)]
+    for _ in range(2):
+        for shape in shapes:
+            call(*shape)
+
+
 @pytest.mark.parametrize("m, n, k", [pytest.param(*s, marks=GPU_MARKS) for s in [(33, 129, 1008), (1000, 4097, 4096)]])
 def test_gpu_accumulate_twice_gives_twice(m, n, k):
     op = make_dense(m, n, k, device="cuda", seed=2)

@@ -17,6 +17,7 @@ import wgrad
 from helpers import (
     GPU_MARKS,
     FP8,
+    Grouped,
     assert_fp32_of,
     bits,
     blockwise_reference,
@@ -410,6 +411,24 @@ def test_gpu_packed_calls_keep_their_own_descriptors(dummy):
         for g, (k, ref) in enumerate(zip(ks, packed_group_references(fresh, m, n, reference.wgrad_gemm_reference))):
             if k:
                 assert rel_frobenius(out[g], ref) <= GPU_REL_TOL, f"replay, group {g}"
+
+
+@pytest.mark.parametrize("dummy", [pytest.param(0, marks=GPU_MARKS)])
+def test_gpu_packed_splits_of_one_buffer(dummy):
+    """The host keeps encoded descriptors by their arguments (kernels/common/tma_descriptor_cache.h): splits
+    of the same flat a and b put groups of other K at the same addresses, and each call, first or repeated,
+    must read its own."""
+    m, n = 136, 200
+    whole = make_packed(m, n, [3072], device="cuda", seed=40)
+    for ks in ([3072], [1024, 0, 2048], [2048, 1024], [1024, 0, 2048], [3072], [2048, 1024]):
+        op = Grouped(whole.a, whole.sa, whole.b, whole.sb, ks)
+        out = new_out(len(ks), m, n, device="cuda")
+        PACKED(*op.args(), out, ks)
+        for g, (k, ref) in enumerate(zip(ks, packed_group_references(op, m, n, reference.wgrad_gemm_reference))):
+            if k == 0:
+                assert torch.all(out[g] == 0), f"split {ks}: empty group {g} written"
+            else:
+                assert rel_frobenius(out[g], ref) <= GPU_REL_TOL, f"split {ks}: group {g}"
 
 
 @pytest.mark.parametrize("dummy", [pytest.param(0, marks=GPU_MARKS)])

@@ -52,7 +52,7 @@ void set_scale_and_out_descs(const char* op, Params& p, const torch::stable::Ten
     const int64_t tma_cols = n & ~int64_t{3};
     if (tma_cols > 0) {
       check_tma_descriptor(op, "out", make_out_desc(&p.tma_out, out.mutable_data_ptr<float>(), g, m, tma_cols, ld,
-                                                    g_stride, cfg.block_n, cfg.load_out));
+                                                    g_stride, block_n, cfg.load_out));
     }
     p.out = OutView{out.mutable_data_ptr<float>(), m > 1 ? ld : 0, g > 1 ? g_stride : 0,
                     static_cast<int>(m),           static_cast<int>(n), static_cast<int>(tma_cols)};
