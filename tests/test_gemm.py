@@ -367,9 +367,9 @@ def test_gpu_poisoned_out_window(m, n, k):
 
 @pytest.mark.parametrize("m, n", [pytest.param(m, n, marks=GPU_MARKS) for m, n in [(129, 255), (1000, 4097)]])
 def test_gpu_same_addresses_in_other_shapes(m, n):
-    """The host keeps encoded descriptors by their arguments (kernels/common/tma_descriptor_cache.h): views of
-    the same buffers with another K, row stride or width start at the same addresses, and each call, first
-    or repeated, must get descriptors of its own shapes."""
+    """Views of the same buffers with another K, row stride or width start at the same addresses: each call,
+    first or repeated, must read and write with descriptors of its own shapes (nothing may be reused by
+    address alone, decision 0043)."""
     gen = torch.Generator(device="cuda").manual_seed(m + n)
     k_max, pad = 1008, 48
     a_buf = torch.randn(m * (k_max + pad), device="cuda", generator=gen).to(torch.float8_e4m3fn)

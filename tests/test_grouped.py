@@ -415,9 +415,9 @@ def test_gpu_packed_calls_keep_their_own_descriptors(dummy):
 
 @pytest.mark.parametrize("dummy", [pytest.param(0, marks=GPU_MARKS)])
 def test_gpu_packed_splits_of_one_buffer(dummy):
-    """The host keeps encoded descriptors by their arguments (kernels/common/tma_descriptor_cache.h): splits
-    of the same flat a and b put groups of other K at the same addresses, and each call, first or repeated,
-    must read its own."""
+    """Splits of the same flat a and b put groups of other K at the same addresses: each call, first or
+    repeated, must read its groups through descriptors of their own K (nothing may be reused by address
+    alone, decision 0043)."""
     m, n = 136, 200
     whole = make_packed(m, n, [3072], device="cuda", seed=40)
     for ks in ([3072], [1024, 0, 2048], [2048, 1024], [1024, 0, 2048], [3072], [2048, 1024]):

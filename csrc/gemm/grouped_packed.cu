@@ -8,9 +8,8 @@
 // synchronises with it.
 //
 // (Descriptors kept in device memory, copied there per call from pinned host memory, failed the
-// benchmark's accuracy check intermittently. Parameters remove the copy and the buffer reuse across queued
-// calls. The host keeps encoded descriptors by all of their arguments, never by address alone:
-// kernels/common/tma_descriptor_cache.h.)
+// benchmark's accuracy check intermittently. Parameters remove the copy, the buffer reuse across queued
+// calls and any descriptor caching by address, all at once.)
 #include <algorithm>
 #include <vector>
 

@@ -1,30 +1,21 @@
 // \brief Host-side construction of TMA descriptors (CUtensorMap) without linking libcuda: the driver's
-// cuTensorMapEncodeTiled is looked up through the runtime, and what it encodes is kept per thread by its
-// arguments (tma_descriptor_cache.h). Torch-free.
+// cuTensorMapEncodeTiled is looked up through the runtime. Torch-free.
 #pragma once
 
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
-
-#include "kernels/common/tma_descriptor_cache.h"
 
 namespace wgrad {
 
-// The calling thread's cache of encoded descriptors (created at its first encode, freed when it exits).
-inline TmaDescriptorCache<>& thread_tma_descriptor_cache() {
-  thread_local std::unique_ptr<TmaDescriptorCache<>> cache = std::make_unique<TmaDescriptorCache<>>();
-  return *cache;
-}
-
-// Encodes a tiled descriptor through the driver, uncached (encode_tma_descriptor's arguments).
-inline std::string encode_tma_descriptor_uncached(CUtensorMap* desc, CUtensorMapDataType dtype, int rank,
-                                                  const void* base, const uint64_t* dims,
-                                                  const uint64_t* strides_bytes, const uint32_t* box,
-                                                  CUtensorMapSwizzle swizzle) {
+// Encodes a tiled descriptor. dims/box are innermost-first; strides_bytes has rank-1 entries (the
+// strides of dims 1..rank-1; dim 0 is contiguous). Returns an empty string on success, else the reason.
+inline std::string encode_tma_descriptor(CUtensorMap* desc, CUtensorMapDataType dtype, int rank,
+                                         const void* base, const uint64_t* dims,
+                                         const uint64_t* strides_bytes, const uint32_t* box,
+                                         CUtensorMapSwizzle swizzle) {
   using EncodeFn = decltype(&cuTensorMapEncodeTiled);
   static EncodeFn encode = []() -> EncodeFn {
     void* fn = nullptr;
@@ -53,29 +44,6 @@ inline std::string encode_tma_descriptor_uncached(CUtensorMap* desc, CUtensorMap
   }
   if (r != CUDA_SUCCESS) return "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(static_cast<int>(r));
   return {};
-}
-
-// A tiled descriptor: dims/box are innermost-first (rank <= 5); strides_bytes has rank-1 entries (the strides
-// of dims 1..rank-1; dim 0 is contiguous). Returns an empty string on success, else the reason. The driver
-// encodes each distinct set of arguments once per thread; a repeat is copied from the thread's cache.
-inline std::string encode_tma_descriptor(CUtensorMap* desc, CUtensorMapDataType dtype, int rank,
-                                         const void* base, const uint64_t* dims,
-                                         const uint64_t* strides_bytes, const uint32_t* box,
-                                         CUtensorMapSwizzle swizzle) {
-  if (rank < 1 || rank > 5) return "rank must be in [1, 5], got " + std::to_string(rank);
-  TmaDescriptorKey key;
-  key.base = reinterpret_cast<uint64_t>(base);
-  for (int i = 0; i < rank; ++i) {
-    key.dims[i] = dims[i];
-    key.box[i] = box[i];
-    if (i + 1 < rank) key.strides_bytes[i] = strides_bytes[i];
-  }
-  key.dtype = static_cast<int32_t>(dtype);
-  key.rank = rank;
-  key.swizzle = static_cast<int32_t>(swizzle);
-  return thread_tma_descriptor_cache().get(key, desc, [&](CUtensorMap* d) {
-    return encode_tma_descriptor_uncached(d, dtype, rank, base, dims, strides_bytes, box, swizzle);
-  });
 }
 
 // A descriptor of a row-major matrix [rows, cols] of elem_bytes-byte elements whose rows lie `pitch` elements
