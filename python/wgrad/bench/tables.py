@@ -9,7 +9,7 @@ from .bound import RATE_COPY_BYTES, RATE_GEMM_SIZE
 from .common import geomean
 from .impls import impl_summaries
 from .problems import BYTES_NOTE
-from .timing import HOST_BURST, HOST_BURSTS
+from .timing import HOST_BURST, HOST_BURSTS, HOST_UNTIMED
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
@@ -125,8 +125,9 @@ def legend(rows: Sequence[dict]) -> List[str]:
                  f"{RATE_COPY_BYTES / 2 ** 30:g} GiB copy_ (read + write); 'binds' = the larger term (math or "
                  "memory). Every row, bf16 too, is held to the FP8 rate.")
     lines.append("  host us = the launching thread's time per call when it runs ahead of the GPU (calls enqueued "
-                 f"{HOST_BURST} at a time behind a GPU sleep that outlasts them; median of the per-call means over "
-                 f"--reps calls, at least {HOST_BURSTS} bursts).")
+                 f"{HOST_BURST} at a time behind a GPU sleep that outlasts them, after {HOST_UNTIMED} untimed calls "
+                 f"that follow the synchronisation; median of the per-call means over --reps calls, at least "
+                 f"{HOST_BURSTS} bursts).")
     return lines
 
 
