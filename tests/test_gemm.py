@@ -390,8 +390,9 @@ def test_gpu_same_addresses_in_other_shapes(m, n):
         err = rel_frobenius(out, ref)
         assert err <= GPU_REL_TOL, f"K={k} a_ld={a_ld} b_ld={b_ld} width={width} out_ld={out_ld}: {err:.3e}"
 
-    shapes = [(k_max, k_max + pad, k_max + pad, n, n4 + 8), (144, 144, 144, n, n4 + 8), (k_max, k_max, k_max + pad, n, n4),
-              (144, k_max + pad, 144, n - 4, n4 + 8), (k_max, k_max + pad, k_max, n - 4, n4 - 4)]
+    shapes = [(k_max, k_max + pad, k_max + pad, n, n4 + 8), (144, 144, 144, n, n4 + 8),
+              (k_max, k_max, k_max + pad, n, n4), (144, k_max + pad, 144, n - 4, n4 + 8),
+              (k_max, k_max + pad, k_max, n - 4, n4 - 4)]
     for _ in range(2):
         for shape in shapes:
             call(*shape)

@@ -167,7 +167,8 @@ struct EpilogueSm90 {
 // barrier. The warpgroup's first thread loads its half: for the CTA's first tile before the mainloop, for
 // every later tile as soon as the previous tile's stores have read the buffer, so the load runs under the
 // next tile's mainloop. Tile i of a CTA (counting the tiles it does not skip) waits in phase i % 2. Each out
-// tile is written by one CTA once (no split K), so loading and storing it is race-free. Columns past tma_cols (a ragged right edge) stay with the threads, as in EpilogueSm90.
+// tile is written by one CTA once (no split K), so loading and storing it is race-free. Columns past tma_cols
+// (a ragged right edge) stay with the threads, as in EpilogueSm90.
 template <int kBlockN_>
 struct EpilogueLoadedSm90 {
   static constexpr int kBlockN = kBlockN_;
