@@ -43,3 +43,52 @@ def test_table_and_check():
     assert run.failed_count() == 1 and "relative difference to bf16 0.5" in run.failure_lines()[0]
     assert [r["speedup"] for r in run.json()["layers"]] == pytest.approx([1.5, 1.2, 1.0])
     assert [r["vs_torchao"] for r in run.json()["layers"]] == [None, pytest.approx(1.25), None]
+
+
+class _FakeEvent:
+    """A CUDA event on a fake clock: each recorded event reads the calls the fake GPU has run so far."""
+
+    gpu_calls = 0
+
+    def __init__(self, enable_timing=False):
+        self.at = None
+
+    def record(self):
+        self.at = _FakeEvent.gpu_calls
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return float(end.at - self.at)  # one ms per call
+
+
+def test_time_interleaved_gpu_and_host_columns(monkeypatch):
+    """Without a GPU, on fake events and sleeps: every call is timed on the GPU once per repetition, and the host
+    column comes from the burst method (timing.host_times_us), or is NaN when not asked for."""
+    import math
+
+    from wgrad.bench import timing
+
+    monkeypatch.setattr(layers.torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(layers.torch.cuda, "_sleep", lambda cycles: None)
+    monkeypatch.setattr(layers.torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(layers, "sleep_cycles_per_ms", lambda: 1000.0)
+    monkeypatch.setattr(timing, "sleep_cycles_per_ms", lambda: 1000.0)
+    calls = {"a": 0, "b": 0}
+
+    def make(name):
+        def fn():
+            calls[name] += 1
+            _FakeEvent.gpu_calls += 1
+        return fn
+
+    host_seen = []
+    monkeypatch.setattr(layers, "host_times_us", lambda fn, reps: host_seen.append(reps) or [7.0, 9.0, 8.0])
+    flush = layers.torch.empty(4)
+    t = layers.time_interleaved({"a": make("a"), "b": make("b")}, 5, flush)
+    assert set(t) == {"a", "b"} and all(v.gpu_ms == 1.0 for v in t.values())
+    assert all(v.host_ms == pytest.approx(8.0e-3) for v in t.values()) and host_seen == [5, 5]
+    assert calls == {"a": 3 + 5, "b": 3 + 5}  # warm-up (one, then two timed on the host) and the repetitions
+    t = layers.time_interleaved({"a": make("a")}, 3, flush, host=False)
+    assert t["a"].gpu_ms == 1.0 and math.isnan(t["a"].host_ms) and host_seen == [5, 5]

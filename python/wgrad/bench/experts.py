@@ -8,7 +8,8 @@ has without it, in one process on identical operands:
 - "bf16 grouped_mm": `torch._grouped_mm` in bf16 with device offsets (what `Fp8GroupedLinear` used before).
 
 GPU time with the host's enqueue hidden (layers.time_interleaved), L2 flushed before every call, medians; the
-host's enqueue time as its own column. Errors: relative Frobenius distance of each FP8 output to the fp32
+host's time per call as its own column (calls back to back behind a GPU sleep, each burst's first calls untimed:
+`timing.host_times_us`). Errors: relative Frobenius distance of each FP8 output to the fp32
 product of the dequantized operands. `% bound`: how close each FP8 row comes to max(FLOPs at the tensor-wise
 FP8 rate, bytes at the copy rate), both rates measured once in the process, before the first row, and shared
 with the GEMM tables (wgrad.bench.bound.process_rates); the bytes are a, b, their scales and out, each moved

@@ -6,8 +6,9 @@ the same experts in bf16 through `torch._grouped_mm` (autograd's own backward), 
 token counts. Per call: an L2 flush outside the timed region, then a GPU sleep long enough for the host to
 enqueue the whole forward + backward, CUDA events around it, the implementations interleaved call by call;
 medians. The GPU time is what a training step pays when the host runs ahead of the GPU, as it does when
-layers follow each other; the host's enqueue time of the same call is its own column (a layer whose host time
-exceeds its GPU time would be host-bound in training). Columns: the speedup, a per-step breakdown of our
+layers follow each other; the host's time per step is its own column, taken the same way (steps enqueued back
+to back behind a GPU sleep, each burst's first steps untimed: `timing.host_times_us`). A layer whose host time
+exceeds its GPU time would be host-bound in training. Columns: the speedup, a per-step breakdown of our
 layer (each step timed alone the same way), the activation bytes saved for backward, and the weight cast's
 bandwidth against a device copy of the same bytes. Where torchao is importable, its blockwise FP8 linear
 (`torchao.prototype.blockwise_fp8_training`, the same 1x128 / 128x128 recipe) is a column of the dense rows,
@@ -34,7 +35,7 @@ from ..nn import Fp8GroupedLinear, Fp8Linear
 from ..nn import _recipe
 from .common import ProgressFn
 from .suite import Suite, SuiteRun
-from .timing import L2_FLUSH_BYTES, sleep_cycles_per_ms
+from .timing import L2_FLUSH_BYTES, host_times_us, sleep_cycles_per_ms
 
 TOKENS = 8192
 # (in_features, out_features) of DeepSeek-V3 layers (hidden 7168): attention and MLP projections.
@@ -65,47 +66,48 @@ def uneven_split(total: int, groups: int, seed: int = 0) -> List[int]:
 @dataclass
 class Timing:
     gpu_ms: float  # median CUDA-event time of the call, its host enqueue hidden behind a GPU sleep
-    host_ms: float  # median host time to enqueue the call
+    host_ms: float  # median host time per call while the host runs ahead of the GPU (timing.host_times_us)
 
 
-def _time_hidden(fn: Callable[[], object], flush: torch.Tensor, sleep_cycles: int) -> Tuple[float, float]:
+def _time_hidden(fn: Callable[[], object], flush: torch.Tensor, sleep_cycles: int) -> float:
     """One call: the flush, a GPU sleep that covers the host's enqueue of `fn`, then CUDA events around fn.
-    Returns (GPU ms, host ms)."""
+    Returns the GPU milliseconds."""
     flush.zero_()
     torch.cuda._sleep(sleep_cycles)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    t0 = time.perf_counter()
     fn()
-    host_ms = (time.perf_counter() - t0) * 1e3
     end.record()
     end.synchronize()
-    return start.elapsed_time(end), host_ms
+    return start.elapsed_time(end)
 
 
-def time_interleaved(fns: Dict[str, Callable[[], object]], reps: int, flush: torch.Tensor) -> Dict[str, Timing]:
-    """Median GPU and host milliseconds of each call, the calls taken in turn so that all see the same machine.
+def time_interleaved(fns: Dict[str, Callable[[], object]], reps: int, flush: torch.Tensor,
+                     host: bool = True) -> Dict[str, Timing]:
+    """Median GPU milliseconds of each call, the calls taken in turn so that all see the same machine.
     The GPU sleep before each call lasts twice the slowest host enqueue seen in the warm-up after a first
     call (at least 1 ms), so the GPU time never includes waiting for the host (if it did, a host stall would
-    show as GPU time)."""
-    host = 0.0
+    show as GPU time). With `host`, also each call's host time as a training step pays it, the host running
+    ahead of the GPU (`timing.host_times_us`: calls back to back behind a GPU sleep, each burst's first calls
+    untimed). A call timed alone right after a synchronisation costs its thread up to ten times that
+    (decision 0042); without `host`, host_ms is NaN."""
+    slowest = 0.0
     for fn in fns.values():
         fn()  # first call: lazy module loads, cuBLAS heuristics, allocations; not an enqueue time
         for _ in range(2):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             fn()
-            host = max(host, time.perf_counter() - t0)
+            slowest = max(slowest, time.perf_counter() - t0)
     torch.cuda.synchronize()
-    sleep_cycles = int(sleep_cycles_per_ms() * max(1.0, 2e3 * host))
+    sleep_cycles = int(sleep_cycles_per_ms() * max(1.0, 2e3 * slowest))
     gpu: Dict[str, List[float]] = {name: [] for name in fns}
-    hosts: Dict[str, List[float]] = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
-            g, h = _time_hidden(fn, flush, sleep_cycles)
-            gpu[name].append(g)
-            hosts[name].append(h)
-    return {name: Timing(statistics.median(gpu[name]), statistics.median(hosts[name])) for name in fns}
+            gpu[name].append(_time_hidden(fn, flush, sleep_cycles))
+    return {name: Timing(statistics.median(gpu[name]),
+                         statistics.median(host_times_us(fn, reps)) / 1e3 if host else math.nan)
+            for name, fn in fns.items()}
 
 
 def _gpu_ms(timings: Dict[str, Timing]) -> Dict[str, float]:
@@ -128,7 +130,7 @@ class LayerRow:
     ours_ms: float  # GPU time of forward + backward (host enqueue hidden)
     ours_main_grad_ms: Optional[float]
     bf16_ms: float
-    ours_host_ms: float  # host enqueue time of the same call
+    ours_host_ms: float  # host time per call, the host running ahead (timing.host_times_us)
     bf16_host_ms: float
     steps_ms: Dict[str, float] = field(default_factory=dict)  # GPU time of each step alone
     saved_bytes_ours: int = 0
@@ -151,7 +153,7 @@ def _copy_ms(nbytes: int, flush: torch.Tensor, reps: int) -> Tuple[float, int]:
     n = -(-(nbytes // 2) // 2**16) * 2**16
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    return time_interleaved({"copy": lambda: dst.copy_(src)}, reps, flush)["copy"].gpu_ms, 2 * n
+    return time_interleaved({"copy": lambda: dst.copy_(src)}, reps, flush, host=False)["copy"].gpu_ms, 2 * n
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -213,7 +215,7 @@ def bench_dense(in_f: int, out_f: int, tokens: int, reps: int, flush: torch.Tens
         "dgrad": lambda: _recipe.fp8_mm(dy_q, dy_s, w_q_t, w_s_t, torch.bfloat16),
         "wgrad": lambda: _recipe.accumulate_wgrad(dy_q_t, dy_s_t, x_q_t, x_s_t, grad),
         "wgrad bf16": lambda: _recipe.wgrad(dy_q_t, dy_s_t, x_q_t, x_s_t, torch.bfloat16),
-    }, reps, flush))
+    }, reps, flush, host=False))
     copy_ms, copy_bytes = _copy_ms(4 * w.numel(), flush, reps)
     # bf16 read, two e4m3 copies written, two fp32 scale tables written
     cast_bytes = 4 * w.numel() + 8 * (-(-w.shape[0] // 128)) * (-(-w.shape[1] // 128))
@@ -266,7 +268,7 @@ def bench_grouped(experts: int, in_f: int, out_f: int, tokens: int, reps: int, f
                                                                                          x_s_t, grad, padded),
         "wgrad bf16": lambda: torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(
             dy_q_t, dy_s_t, x_q_t, x_s_t, grad_bf16, padded),
-    }, reps, flush))
+    }, reps, flush, host=False))
     saved = x_q_t.untyped_storage().nbytes() + x_s_t.untyped_storage().nbytes()
     return LayerRow("grouped", f"{experts} x {in_f}->{out_f} x {tokens}", times["ours"].gpu_ms,
                     times["ours_mg"].gpu_ms, times["bf16"].gpu_ms, times["ours"].host_ms, times["bf16"].host_ms,
