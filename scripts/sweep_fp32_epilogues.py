@@ -19,8 +19,8 @@ import torch
 
 import wgrad
 from wgrad.bench.layers import time_interleaved
-from wgrad.bench.problems import random_fp8, random_scales
-from wgrad.scales import k_block_capacity, num_k_blocks
+from wgrad.bench.problems import contiguous_wgrad_call, dense_wgrad_call, random_fp8, random_scales
+from wgrad.scales import num_k_blocks
 
 DEV = "cuda"
 KNOBS = ("WGRAD_FP32_EPILOGUE", "WGRAD_BLOCK_N")
@@ -36,16 +36,7 @@ def uneven(groups, tokens, seed):
 
 
 def contiguous(gen, m, n, ks, bf16=False):
-    total = sum(ks)
-    a, b = random_fp8(m, total, DEV, gen), random_fp8(n, total, DEV, gen)
-    cap = k_block_capacity(total, len(ks))
-    sa, sb = random_scales(m, cap, DEV, gen), random_scales(n, cap, DEV, gen)
-    sizes = torch.tensor(ks, dtype=torch.int32, device=DEV)
-    if bf16:
-        out = torch.empty(len(ks), m, n, device=DEV, dtype=torch.bfloat16)
-        return lambda: wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous((a, sa), (b, sb), sizes, out)
-    out = torch.zeros(len(ks), m, n, device=DEV)
-    return lambda: wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous((a, sa), (b, sb), out, sizes)
+    return contiguous_wgrad_call(m, n, ks, bf16, DEV, gen)
 
 
 def packed(gen, m, n, ks):
@@ -57,10 +48,7 @@ def packed(gen, m, n, ks):
 
 
 def dense(gen, m, n, k):
-    a, b = random_fp8(m, k, DEV, gen), random_fp8(n, k, DEV, gen)
-    sa, sb = random_scales(m, num_k_blocks(k), DEV, gen), random_scales(n, num_k_blocks(k), DEV, gen)
-    out = torch.zeros(m, n, device=DEV)
-    return lambda: wgrad.wgrad_gemm_fp8_fp8_fp32_nt((a, sa), (b, sb), out)
+    return dense_wgrad_call(m, n, k, False, DEV, gen)
 
 
 # name -> (kind, make): kind "fp32" sweeps the configurations, "bf16" the widths, "auto" times the heuristic only.
@@ -125,7 +113,7 @@ def main():
             fns.update({f"{e}/{bn}": with_knobs(fn, e, bn) for e, bn in configs})
         elif kind == "bf16":
             fns.update({f"bf16/{bn}": with_knobs(fn, "", bn) for bn in ("128", "144", "160")})
-        t = time_interleaved(fns, args.reps, flush)
+        t = time_interleaved(fns, args.reps, flush, host=False)
         base = t["auto"].gpu_ms
         print(f"{name}: " + "  ".join(f"{k} {v.gpu_ms:.3f} ({v.gpu_ms / base:.3f})" for k, v in t.items()), flush=True)
         results[name] = {k: v.gpu_ms for k, v in t.items()}

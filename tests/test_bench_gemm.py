@@ -103,6 +103,21 @@ def test_dense_problem_operands():
     assert torch.equal(same.a.view(torch.uint8), p.a.view(torch.uint8)) and torch.equal(same.sa, p.sa)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_timing_only_calls_run_the_entry_points(bf16):
+    """The sweeps' timing-only calls (problems.dense_wgrad_call / contiguous_wgrad_call): the public entry point
+    on fresh operands of the asked shape, a bf16 one returning its written out, an empty group's rows zeros."""
+    gen = torch.Generator().manual_seed(0)
+    dense = problems.dense_wgrad_call(32, 48, 256, bf16, CPU, gen)()
+    grouped = problems.contiguous_wgrad_call(32, 48, [64, 0, 96], bf16, CPU, gen)()
+    if not bf16:
+        assert dense is None and grouped is None  # the fp32 forms accumulate into their own out
+        return
+    assert dense.shape == (32, 48) and dense.dtype == torch.bfloat16 and dense.abs().sum() > 0
+    assert grouped.shape == (3, 32, 48) and grouped.dtype == torch.bfloat16
+    assert grouped[1].abs().sum() == 0 and grouped[0].abs().sum() > 0 and grouped[2].abs().sum() > 0
+
+
 def test_grouped_problem_layouts_hold_the_same_values():
     ks = [144, 0, 256, 16]
     p = problems.make_grouped_problem(24, 40, ks, CPU, seed=1)

@@ -4,7 +4,7 @@ product, the starting value of `out`, the work one call does (FLOPs, bytes) and 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Callable, List, Sequence
 
 import torch
 
@@ -149,6 +149,42 @@ def make_grouped_problem(m: int, n: int, ks: Sequence[int], device, seed: int = 
     out_init = torch.stack([_out_init(r, gen) for r in refs]) if refs else torch.empty(0, m, n)
     sizes = torch.tensor(ks, dtype=torch.int32, device=device)
     return GroupedProblem(m, n, ks, a_p, b_p, sa_p, sb_p, a_c, b_c, sa_c, sb_c, sizes, refs, out_init)
+
+
+# ------------------------------------------------------------------ timing-only calls ---------------
+
+
+def dense_wgrad_call(m: int, n: int, k: int, bf16: bool, device, generator: torch.Generator) -> Callable[[], object]:
+    """One dense weight-gradient call on fresh random operands (no reference: for sweeps that only time):
+    into a zero fp32 out, or written in bf16."""
+    from .. import api
+
+    a, b = random_fp8(m, k, device, generator), random_fp8(n, k, device, generator)
+    kb = num_k_blocks(k)
+    sa, sb = random_scales(m, kb, device, generator), random_scales(n, kb, device, generator)
+    if bf16:
+        out = torch.empty(m, n, device=device, dtype=torch.bfloat16)
+        return lambda: api.wgrad_gemm_fp8_fp8_bf16_nt((a, sa), (b, sb), out)
+    out = torch.zeros(m, n, device=device)
+    return lambda: api.wgrad_gemm_fp8_fp8_fp32_nt((a, sa), (b, sb), out)
+
+
+def contiguous_wgrad_call(m: int, n: int, ks: Sequence[int], bf16: bool, device,
+                          generator: torch.Generator) -> Callable[[], object]:
+    """One contiguous-K weight-gradient call over the token counts `ks` on fresh random operands (timing only),
+    into a zero fp32 out [G, M, N] or written in bf16."""
+    from .. import api
+
+    total = sum(ks)
+    a, b = random_fp8(m, total, device, generator), random_fp8(n, total, device, generator)
+    cap = k_block_capacity(total, len(ks))
+    sa, sb = random_scales(m, cap, device, generator), random_scales(n, cap, device, generator)
+    sizes = torch.tensor(list(ks), dtype=torch.int32, device=device)
+    if bf16:
+        out = torch.empty(len(ks), m, n, device=device, dtype=torch.bfloat16)
+        return lambda: api.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous((a, sa), (b, sb), sizes, out)
+    out = torch.zeros(len(ks), m, n, device=device)
+    return lambda: api.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous((a, sa), (b, sb), out, sizes)
 
 
 # ------------------------------------------------------------------ accuracy ------------------------
