@@ -3,7 +3,9 @@ measurement build (`WGRAD_DIAG_VARIANTS=1 ./scripts/build.sh`, docs/design.md, K
 
   diag:   each shape with each WGRAD_DIAG bit set, interleaved in one process (the L2 flushed before every
           call, the host's enqueue hidden, medians): ms, TFLOPS and the share of the call's time a bit removes.
-          The fp32 shapes of K <= 1024 per tile load out ahead, an epilogue that bit 4 leaves whole.
+          The fp32 shapes of K <= 1024 per tile load out ahead, an epilogue that bit 4 leaves whole. The
+          measurement build's contiguous-K kernels at BLOCK_N 160 spill (its ptxas report; the release's do
+          not): `--block-n 128|144` forces a width, or compare its bits-0 times with the release build's.
   ksweep: one M x N at several K, at one tile width, with and without the epilogue (bit 4). The time of a
           wave of tiles against the K blocks of a tile is fitted by a line: its slope is one K block's cost,
           its intercept what every tile costs beside its K blocks (the epilogue, the mainloop's start and
@@ -12,7 +14,7 @@ measurement build (`WGRAD_DIAG_VARIANTS=1 ./scripts/build.sh`, docs/design.md, K
           `ncu -k regex:wgrad_gemm_kernel --launch-skip 2 --launch-count 1 python3 scripts/profile_short_k.py ncu NAME`.
   list:   the shapes.
 
-  python3 scripts/profile_short_k.py diag [--only TEXT;TEXT] [--bits 0,1,2,4,6] [--reps N]
+  python3 scripts/profile_short_k.py diag [--only TEXT;TEXT] [--bits 0,1,2,4,6] [--block-n 128] [--reps N]
   python3 scripts/profile_short_k.py ksweep [--mn 4096,4096] [--ks 512,1024,2048,4096,8192] [--block-n 128]
                                             [--out bf16|fp32] [--reps N]
   python3 scripts/profile_short_k.py ncu NAME
@@ -117,6 +119,8 @@ def run_diag(args) -> None:
     from wgrad.bench.layers import time_interleaved
 
     require_measurement_build()
+    if args.block_n:
+        os.environ["WGRAD_BLOCK_N"] = str(args.block_n)
     bits = [int(b) for b in args.bits.split(",")]
     if 0 not in bits:
         bits.insert(0, 0)
@@ -185,6 +189,8 @@ def main(argv=None) -> int:
     diag = sub.add_parser("diag")
     diag.add_argument("--only", default=None, help="';'-separated substrings of the shape names to run")
     diag.add_argument("--bits", default="0,1,2,4,6")
+    diag.add_argument("--block-n", type=int, default=0, choices=(0, 128, 144, 160),
+                      help="force the tile width of every call (0: the heuristic's)")
     diag.add_argument("--reps", type=int, default=15)
     ksweep = sub.add_parser("ksweep")
     ksweep.add_argument("--mn", default="4096,4096")

@@ -12,7 +12,7 @@ constexpr int kDiagNoPromotion = 2;  // accumulate a whole tile in the WGMMA scr
 constexpr int kDiagNoEpilogue = 4;   // no epilogue at all (the reduce-add; the loaded epilogue always runs)
 constexpr int kDiagPlainStore = 32;  // the epilogue's TMA stores overwrite out instead of adding
 constexpr int kDiagNoStaging = 64;   // the epilogue stores whatever its smem buffer holds (no STS)
-constexpr int kDiagHalfB = 128;      // dense and packed: B is loaded for every other K block only
+constexpr int kDiagHalfB = 128;      // B is loaded for every other K block only (contiguous-K: aligned blocks)
 
 template <class Params>
 __device__ __forceinline__ int diag_of([[maybe_unused]] const Params& p) {

@@ -124,8 +124,9 @@ struct MainloopSm90 {
       const int k0 = w.k_col + kb * kBlockK;
       const int scale_col = w.k_block_base + kb;
       const int k_load = k0 - w.k_shift;
-      const bool skip_b = Params::kMode != GroupMode::Contiguous && Params::kMode != GroupMode::MGrouped &&
-                          (diag_of(p) & kDiagHalfB) && (kb & 1);
+      // (Measurement build: contiguous-K only where the block is loaded unshifted, which the shifters leave.)
+      const bool skip_b = Params::kMode != GroupMode::MGrouped && (diag_of(p) & kDiagHalfB) && (kb & 1) &&
+                          (Params::kMode != GroupMode::Contiguous || w.k_shift == 0);
       // Aligned: everything lands on the full barrier. Shifted: the operand windows land on the staging
       // barrier, and the full barrier expects the scales now and the shifters' arrival later.
       uint64_t* operand_bar = full;
@@ -134,7 +135,7 @@ struct MainloopSm90 {
         // Published by the arrival below.
         smem.jobs[stage] = ShiftJob{w.k_shift, k_load, valid, m0, n0, kb + 1 < w.num_k_blocks ? 1 : 0};
         if (w.k_shift == 0) {
-          ClusterTransactionBarrier::arrive_and_expect_tx(full, kTransactionBytes);
+          ClusterTransactionBarrier::arrive_and_expect_tx(full, kTransactionBytes - (skip_b ? kBytesB : 0u));
           ClusterTransactionBarrier::arrive(&smem.staging[stage]);
         } else {
           operand_bar = &smem.staging[stage];
