@@ -99,11 +99,12 @@ def test_cpu_bad_input_named(bad):
         layer(*make(x, sizes))
 
 
-def test_cpu_compile_fullgraph():
+@pytest.mark.parametrize("sizes_dtype", [torch.int64, torch.int32])
+def test_cpu_compile_fullgraph(sizes_dtype):
     torch.manual_seed(0)
     layer = Fp8GroupedLinear(3, 64, 32, dtype=torch.bfloat16)  # (the traced grouped GEMM takes 16-bit operands)
     x = torch.randn(80, 64, dtype=torch.bfloat16, requires_grad=True)
-    sizes = torch.tensor([30, 0, 50])
+    sizes = torch.tensor([30, 0, 50], dtype=sizes_dtype)
     compiled = torch.compile(layer, fullgraph=True)
     y = compiled(x, sizes)
     y.square().sum().backward()
@@ -116,6 +117,18 @@ def test_cpu_compile_fullgraph():
     torch.testing.assert_close(y, y_eager)
     torch.testing.assert_close(ref_w, layer.weight.grad)
     torch.testing.assert_close(ref_x, x.grad)
+
+
+@pytest.mark.parametrize("sizes_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("sizes", [[30, 0, 49], [30, -1, 51]])
+def test_cpu_compiled_sizes_checked_in_the_graph(sizes, sizes_dtype):
+    """Traced, the sizes are checked by a device-side assertion in the graph (on the CPU it raises at once),
+    int32 sizes as they are and others in int64."""
+    torch._dynamo.reset()
+    layer = Fp8GroupedLinear(3, 64, 32, dtype=torch.bfloat16)
+    x = torch.randn(80, 64, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="group_sizes must be >= 0 and sum to the tokens of x, T = 80"):
+        torch.compile(layer, fullgraph=True)(x, torch.tensor(sizes, dtype=sizes_dtype))
 
 
 # ------------------------------------------------------------------ GPU ---------------------------------

@@ -243,10 +243,15 @@ def _group_sizes(op: str, group_sizes: Union[torch.Tensor, Sequence[int]], group
         return group_sizes.to(device=x.device, dtype=torch.int32)
     if group_sizes.device != x.device and group_sizes.device.type != "cpu":
         raise ValueError(f"{op}: group_sizes must be on {x.device} like x (or on the CPU), got {group_sizes.device}")
-    wide = group_sizes.to(device=x.device, dtype=torch.int64)
-    torch._assert_async((wide.min() >= 0) & (wide.sum() == tokens),
+    if group_sizes.dtype == torch.int32 and group_sizes.device == x.device:
+        # The kernels' own dtype, checked as it is: torch sums integers in int64, so no count wraps. Two
+        # conversion kernels fewer per call than through int64.
+        sizes = group_sizes
+    else:
+        sizes = group_sizes.to(device=x.device, dtype=torch.int64)  # checked before any narrowing to int32
+    torch._assert_async((sizes.min() >= 0) & (sizes.sum() == tokens),
                         f"{op}: group_sizes must be >= 0 and sum to the tokens of x, T = {tokens}")
-    return wide.to(torch.int32).contiguous()
+    return sizes.to(torch.int32).contiguous()
 
 
 def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor,
