@@ -77,6 +77,7 @@ DENSE_SPECS = {  # name -> (M, N, K, bf16 out)
     "fp32 dense 4096x4096x1024": (4096, 4096, 1024, False),
     "fp32 dense 4096x4096x2048": (4096, 4096, 2048, False),
     "bf16 dense 4096x4096x512": (4096, 4096, 512, True),
+    "bf16 dense 4096x4096x8192": (4096, 4096, 8192, True),  # long K: the reference the short ones are read against
 }
 
 
