@@ -14,7 +14,7 @@ import torch
 
 from . import _ops
 from ._args import as_int, as_ints
-from .scales import num_k_blocks, to_mn_major_scales
+from .scales import SCALE_BLOCK_K, num_k_blocks, to_mn_major_scales
 
 Operand = Tuple[torch.Tensor, torch.Tensor]
 
@@ -51,8 +51,9 @@ def _dense_operands(lhs: Operand, rhs: Operand) -> Tuple[torch.Tensor, torch.Ten
     b, sb = rhs
     _check_2d(a, "a", "M, K")
     _check_2d(b, "b", "N, K")
-    kb = num_k_blocks(a.shape[-1])
-    return a, to_mn_major_scales(sa, a.shape[0], kb, "sa"), b, to_mn_major_scales(sb, b.shape[0], kb, "sb")
+    m, k = a.shape
+    kb = (k + SCALE_BLOCK_K - 1) // SCALE_BLOCK_K  # (num_k_blocks without its sign check: a shape is >= 0)
+    return a, to_mn_major_scales(sa, m, kb, "sa"), b, to_mn_major_scales(sb, b.shape[0], kb, "sb")
 
 
 def wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.Tensor,

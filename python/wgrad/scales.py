@@ -46,9 +46,14 @@ def empty_mn_major_scales(mn: int, kb: int, device=None) -> torch.Tensor:
 def is_mn_major(s: torch.Tensor) -> bool:
     """True when `s` ([mn, kb]) already has the layout the GEMMs take without a copy."""
     mn, kb = s.shape
+    return _is_mn_major(s, mn, kb)
+
+
+def _is_mn_major(s: torch.Tensor, mn, kb) -> bool:
+    # (s's shape given: this check runs twice per GEMM call, on the host's critical path)
     if mn == 0 or kb == 0:
         return True
-    stride_mn, stride_kb = s.stride()  # (one call: this check runs twice per GEMM call, on the host's critical path)
+    stride_mn, stride_kb = s.stride()
     if mn > 1 and stride_mn != 1:
         return False
     if kb > 1 and (stride_kb % 4 != 0 or stride_kb < mn):
@@ -72,13 +77,14 @@ def to_mn_major_scales(s: torch.Tensor, mn: int, kb: int, name: str = "scales") 
         raise ValueError(f"{name} must be 2-D [{mn}, {kb}] or [{kb}, {mn}], got shape {tuple(s.shape)}")
     if s.dtype != torch.float32:
         raise ValueError(f"{name} must be float32, got {s.dtype}")
-    if s.shape == (mn, kb):
+    shape = s.shape
+    if shape == (mn, kb):
         cand = s
-    elif s.shape == (kb, mn):
+    elif shape == (kb, mn):
         cand = s.t()
     else:
-        raise ValueError(f"{name} must have shape [{mn}, {kb}] or [{kb}, {mn}], got {tuple(s.shape)}")
-    if is_mn_major(cand):
+        raise ValueError(f"{name} must have shape [{mn}, {kb}] or [{kb}, {mn}], got {tuple(shape)}")
+    if _is_mn_major(cand, mn, kb):
         return cand
     out = empty_mn_major_scales(mn, kb, device=s.device)
     out.copy_(cand)
