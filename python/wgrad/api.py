@@ -14,7 +14,7 @@ import torch
 
 from . import _ops
 from ._args import as_int, as_ints
-from .scales import SCALE_BLOCK_K, num_k_blocks, to_mn_major_scales
+from .scales import SCALE_BLOCK_K, ceil_div, num_k_blocks, to_mn_major_scales
 
 Operand = Tuple[torch.Tensor, torch.Tensor]
 
@@ -52,7 +52,7 @@ def _dense_operands(lhs: Operand, rhs: Operand) -> Tuple[torch.Tensor, torch.Ten
     _check_2d(a, "a", "M, K")
     _check_2d(b, "b", "N, K")
     m, k = a.shape
-    kb = (k + SCALE_BLOCK_K - 1) // SCALE_BLOCK_K  # (num_k_blocks without its sign check: a shape is >= 0)
+    kb = ceil_div(k, SCALE_BLOCK_K)  # (num_k_blocks without its sign check: a shape is >= 0)
     return a, to_mn_major_scales(sa, m, kb, "sa"), b, to_mn_major_scales(sb, b.shape[0], kb, "sb")
 
 
