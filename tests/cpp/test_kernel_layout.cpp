@@ -1,9 +1,11 @@
 // Host-side checks of the facts the SM90 kernel's promotion and epilogue are written against.
 #include "harness.h"
 
+#include <cstdint>
 #include <set>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "kernels/gemm/mma_atoms.h"
 #include "kernels/gemm/tile_config.h"
@@ -160,6 +162,38 @@ TEST(TileConfig, SeedShapesGetTheirMeasuredBestWidth) {
   for (const auto& s : seeds) EXPECT_EQ(wgrad::select_block_n(s.m, s.n, 1, 132), s.block_n) << s.m << "x" << s.n;
 }
 
+// The tile scheduler's divisions: every quotient and remainder equal to `/` and `%`, at both ends of the
+// range (n up to 2^31 - 1) for every small divisor, powers of two and their neighbours, and large ones.
+TEST(Divisor, QuotientsAndRemaindersMatchDivision) {
+  std::vector<int> divisors;
+  for (int d = 1; d <= 4096; ++d) divisors.push_back(d);
+  for (int b = 12; b <= 30; ++b)
+    for (int delta : {-1, 0, 1}) divisors.push_back((1 << b) + delta);
+  for (int d : {7 * 56, 8 * 45, 2147483646, 2147483647, 1000000007, 123456789}) divisors.push_back(d);
+  std::vector<int> numerators;
+  for (int n = 0; n < 2048; ++n) numerators.push_back(n);
+  for (int n = 0; n < 2048; ++n) numerators.push_back(2147483647 - n);
+  uint32_t x = 12345;
+  for (int i = 0; i < 2048; ++i) {
+    x = x * 1664525u + 1013904223u;
+    numerators.push_back(static_cast<int>(x >> 1));
+  }
+  for (int d : divisors) {
+    const wgrad::Divisor div(d);
+    for (int n : numerators) {
+      const int q = div.div(n);
+      ASSERT_EQ(q, n / d) << n << " / " << d;
+      ASSERT_EQ(div.mod(n, q), n % d) << n << " % " << d;
+    }
+    // Around every multiple of d near the top of the range, where a rounding error would show first.
+    for (int64_t multiple = int64_t{2147483647} / d * d, j = 0; j < 4 && multiple - j * d > 0; ++j) {
+      for (int64_t n = multiple - j * d - 1; n <= multiple - j * d + 1 && n <= 2147483647; ++n) {
+        ASSERT_EQ(div.div(static_cast<int>(n)), static_cast<int>(n / d)) << n << " / " << d;
+      }
+    }
+  }
+}
+
 TEST(TileScheduler, EnumeratesEveryTileOnce) {
   constexpr int kC = wgrad::PersistentTileScheduler::kClusterN;
   for (int tiles_m : {1, 3, 8, 9, 56})
@@ -168,7 +202,7 @@ TEST(TileScheduler, EnumeratesEveryTileOnce) {
         wgrad::PersistentTileScheduler s{tiles_m, tiles_n, groups};
         std::set<std::tuple<int, int, int>> seen;
         int phantoms = 0;
-        for (int64_t t = 0; t < s.total_cluster_tiles(); ++t) {
+        for (int t = 0; t < s.total_cluster_tiles(); ++t) {
           const auto first = s.coord(t, 0);
           ASSERT_EQ(first.n_block % kC, 0);
           for (int rank = 0; rank < kC; ++rank) {
@@ -204,7 +238,7 @@ TEST(TileScheduler, ConsecutiveClusterTilesWalkABandOfRowBlocks) {
   EXPECT_EQ(s.coord(8, 0).m_block, 0);
   EXPECT_EQ(s.coord(8, 0).n_block, kC);
   // The last band holds the remaining 4 row blocks.
-  const int64_t last_band_start = 2 * 8 * 10;
+  const int last_band_start = 2 * 8 * 10;
   EXPECT_EQ(s.coord(last_band_start, 0).m_block, 16);
   EXPECT_EQ(s.coord(last_band_start + 4, 0).m_block, 16);
   EXPECT_EQ(s.coord(last_band_start + 4, 0).n_block, kC);

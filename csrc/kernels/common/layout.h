@@ -17,6 +17,34 @@ constexpr int64_t kTmaAlignBytes = 16;  // TMA: base addresses and global stride
 WGRAD_HOST_DEVICE constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 WGRAD_HOST_DEVICE constexpr int64_t align_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+// Division of non-negative 31-bit integers by a divisor fixed at launch, without a divide instruction
+// (a GPU has none: a run-time `/` is a ~20-instruction sequence through a float reciprocal). With
+// s = ceil(log2 d) and m = floor(2^32 (2^s - d) / d) + 1, n / d = (umulhi(n, m) + n) >> s for every
+// 0 <= n < 2^31 (the sum cannot overflow 32 bits there); the C++ tests check it against `/`.
+struct Divisor {
+  uint32_t d = 1;
+  uint32_t magic = 1;  // m (d = 1: the quotient is n itself, umulhi(n, 1) = 0)
+  uint32_t shift = 0;  // s
+
+  Divisor() = default;
+  // 1 <= divisor < 2^31 (host only).
+  explicit Divisor(int divisor) : d(static_cast<uint32_t>(divisor)) {
+    while ((uint64_t{1} << shift) < d) ++shift;
+    magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
+  }
+
+  WGRAD_HOST_DEVICE int div(int n) const {
+    const uint32_t u = static_cast<uint32_t>(n);
+#if defined(__CUDA_ARCH__)
+    const uint32_t hi = __umulhi(u, magic);
+#else
+    const uint32_t hi = static_cast<uint32_t>((uint64_t{u} * magic) >> 32);
+#endif
+    return static_cast<int>((hi + u) >> shift);
+  }
+  WGRAD_HOST_DEVICE int mod(int n, int quotient) const { return n - quotient * static_cast<int>(d); }
+};
+
 // Leading dimension of a TMA-aligned MN-major scale tensor: element (mn, kb) sits at kb * ld + mn.
 WGRAD_HOST_DEVICE constexpr int64_t scale_ld(int64_t mn) { return align_up(mn > 0 ? mn : 1, 4); }
 

@@ -34,14 +34,27 @@ struct WorkTile {
 
 // Walks groups in increasing order (the tile order of PersistentTileScheduler is group-major and
 // every CTA visits its tiles in increasing order), so a contiguous-K prefix sum is computed once.
+// Contiguous-K holds the K of its current group and of the next one in registers: a tile's start reads no
+// memory, and the load for the group after the next is issued at a group change, long before its use.
 template <GroupMode kMode>
 struct GroupKWalker {
   const int* group_k;        // packed: K_g (host-built); contiguous: the user's sizes
   const int* group_kb_base;  // packed: first block column of each group (host-built)
   int k;                     // dense K, or K_total
+  int num_groups = 0;        // contiguous: G
   int group = 0;             // contiguous: the group whose offsets are below
   int k_offset = 0;          // sum of K of the groups before `group` (K_total < 2^31: host-checked)
   int kb_offset = 0;         // sum of their block counts
+  int kg = 0;                // contiguous: K of `group`
+  int kg_next = 0;           // contiguous: K of `group` + 1 (0 past the last group)
+
+  // Before the first work(): the first two groups' K (contiguous-K; nothing otherwise).
+  __device__ void start() {
+    if constexpr (kMode == GroupMode::Contiguous) {
+      kg = num_groups > 0 ? group_k[0] : 0;
+      kg_next = num_groups > 1 ? group_k[1] : 0;
+    }
+  }
 
   __device__ WorkTile work(const TileCoord& c) {
     WorkTile w{c, 0, 0, 0, 0, 0, 0, c.m_block * static_cast<int>(kBlockM), 0, 0};
@@ -52,11 +65,11 @@ struct GroupKWalker {
       w.k_block_base = group_kb_base[c.group];
     } else {
       for (; group < c.group; ++group) {
-        const int kg = group_k[group];
         k_offset += kg;
         kb_offset += static_cast<int>(ceil_div(kg, kScaleBlockK));
+        kg = kg_next;
+        kg_next = group + 2 < num_groups ? group_k[group + 2] : 0;
       }
-      const int kg = group_k[c.group];
       w.num_k_blocks = static_cast<int>(ceil_div(kg, kScaleBlockK));
       w.k_block_base = kb_offset;
       w.k_col = k_offset;

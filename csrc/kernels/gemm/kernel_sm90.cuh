@@ -183,7 +183,7 @@ __device__ auto make_walker(const Params& p) {
   } else if constexpr (Params::kMode == GroupMode::Packed) {
     return GroupKWalker<Params::kMode>{p.packed.k, p.packed.kb_base, 0};
   } else {
-    return GroupKWalker<Params::kMode>{p.group_k, nullptr, p.k};
+    return GroupKWalker<Params::kMode>{p.group_k, nullptr, p.k, p.scheduler.num_groups};
   }
 }
 
@@ -271,15 +271,17 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   // Held in registers across the warpgroups' register reconfiguration (setmaxnreg), the tile count and
   // the first tile went to local memory (the m-grouped kernel; the contiguous-K one with a bf16 out): each
   // role reads them afresh after it.
+  auto walker = make_walker(p);
   auto refresh = [&] {
     if constexpr (Params::kMode == GroupMode::MGrouped) {
       total_tiles = *static_cast<volatile int*>(&m_grouped_tile_count);
+    } else {
+      total_tiles = static_cast<int>(p.scheduler.total_cluster_tiles());
+      walker.start();  // (its first loads, after the reconfiguration too)
     }
     if constexpr (Params::kBf16Out) cluster_id = static_cast<int>(blockIdx.x) / kClusterSize;
   };
   const int num_clusters = gridDim.x / kClusterSize;
-
-  auto walker = make_walker(p);
 
   if (producer) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters<Params::kMode>>();
