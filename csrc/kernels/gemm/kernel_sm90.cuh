@@ -227,8 +227,6 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
     if (tiles < 0) return;
     total_tiles = static_cast<int>(tiles);
     if (threadIdx.x == 0) m_grouped_tile_count = total_tiles;  // read after cluster_or_cta_sync below
-  } else {
-    total_tiles = static_cast<int>(p.scheduler.total_cluster_tiles());  // < 2^31: host-checked
   }
 
   const int warp_group = threadIdx.x / 128;
@@ -270,14 +268,14 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
   int cluster_id = blockIdx.x / kClusterSize;
   // Held in registers across the warpgroups' register reconfiguration (setmaxnreg), the tile count and
   // the first tile went to local memory (the m-grouped kernel; the contiguous-K one with a bf16 out): each
-  // role reads them afresh after it.
+  // role reads them afresh after it, and the walker loads its first group sizes only then.
   auto walker = make_walker(p);
   auto refresh = [&] {
     if constexpr (Params::kMode == GroupMode::MGrouped) {
       total_tiles = *static_cast<volatile int*>(&m_grouped_tile_count);
     } else {
-      total_tiles = static_cast<int>(p.scheduler.total_cluster_tiles());
-      walker.start();  // (its first loads, after the reconfiguration too)
+      total_tiles = static_cast<int>(p.scheduler.total_cluster_tiles());  // < 2^31: host-checked
+      walker.start();
     }
     if constexpr (Params::kBf16Out) cluster_id = static_cast<int>(blockIdx.x) / kClusterSize;
   };
