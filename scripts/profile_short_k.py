@@ -10,6 +10,11 @@ measurement build (`WGRAD_DIAG_VARIANTS=1 ./scripts/build.sh`, docs/design.md, K
           wave of tiles against the K blocks of a tile is fitted by a line: its slope is one K block's cost,
           its intercept what every tile costs beside its K blocks (the epilogue, the mainloop's start and
           end). With a few K blocks per tile, the intercept is what short K pays.
+  splits: one contiguous-K M x N (bf16 or fp32 out, the release build's heuristics) over 32 groups of equal
+          K_g, then the expert layers' uneven split against the same split with every group rounded up to a
+          multiple of 128 tokens, and groups of whole K blocks that start on a 128-token boundary against the
+          same groups shifted by 32 tokens (a first group of 32). Equal groups give the time of a group against
+          its K_g; from that curve the uneven split's time is predicted and set beside its measured time.
   ncu:    runs shape NAME three times, for
           `ncu -k regex:wgrad_gemm_kernel --launch-skip 2 --launch-count 1 python3 scripts/profile_short_k.py ncu NAME`.
   list:   the shapes.
@@ -17,6 +22,8 @@ measurement build (`WGRAD_DIAG_VARIANTS=1 ./scripts/build.sh`, docs/design.md, K
   python3 scripts/profile_short_k.py diag [--only TEXT;TEXT] [--bits 0,1,2,4,6] [--block-n 128] [--reps N]
   python3 scripts/profile_short_k.py ksweep [--mn 4096,4096] [--ks 512,1024,2048,4096,8192] [--block-n 128]
                                             [--out bf16|fp32] [--reps N]
+  python3 scripts/profile_short_k.py splits [--mn 2048,7168] [--ks 32,64,128,256,384,512,1024,2048]
+                                            [--blocks 4,5,6] [--out bf16|fp32] [--reps N]
   python3 scripts/profile_short_k.py ncu NAME
   python3 scripts/profile_short_k.py list
 
@@ -30,7 +37,7 @@ import argparse
 import math
 import os
 import sys
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 TOKENS = 16384
 PAD = 32
@@ -174,6 +181,81 @@ def run_ksweep(args) -> None:
               f"({intercept / slope:.2f} K blocks' worth)")
 
 
+def interpolate(curve: Dict[int, float], k: int) -> float:
+    """curve (K_g -> time) read at k: linear between its points, proportional to K_g past the last."""
+    xs = sorted(curve)
+    if k <= xs[0]:
+        return curve[xs[0]]
+    for a, b in zip(xs, xs[1:]):
+        if a <= k <= b:
+            return curve[a] + (curve[b] - curve[a]) * (k - a) / (b - a)
+    return curve[xs[-1]] * k / xs[-1]
+
+
+SPLIT_GROUPS = 32
+
+
+def split_variants(ks_equal: Sequence[int], blocks: Sequence[int]) -> List[Tuple[str, List[int], bool]]:
+    """(label, group sizes, on the equal-groups curve) of every split `splits` times: first the equal splits, then
+    the uneven split, rounded up to 128, and the alignment pairs of `blocks` whole K blocks per group."""
+    g = SPLIT_GROUPS
+    out = [(f"{g} x {k}", [k] * g, True) for k in ks_equal]
+    uneven = padded(uneven_split_of(g))
+    out.append(("uneven (the grouped shapes', padded to 32)", uneven, False))
+    out.append(("uneven, every group rounded up to 128", padded(uneven, BLOCK_K), False))
+    for kb in blocks:
+        k = kb * BLOCK_K
+        out.append((f"{g - 1} x {k} + 32: starts on 128-token boundaries", [k] * (g - 1) + [32], False))
+        out.append((f"32 + {g - 1} x {k}: starts 32 tokens past them", [32] + [k] * (g - 1), False))
+    return out
+
+
+def split_lines(variants: Sequence[Tuple[str, List[int], bool]],
+                timed: Callable[[List[int]], float]) -> Iterator[str]:
+    """One line per split, as it is timed: its tokens, K blocks and time (ms, from `timed`); an equal split adds its time per
+    group, every other split the time predicted from the equal splits (interpolate)."""
+    curve: Dict[int, float] = {}
+    for label, ks, equal in variants:
+        t = timed(ks)
+        blocks = sum(math.ceil(k / BLOCK_K) for k in ks)
+        if equal:
+            curve[ks[0]] = 1e3 * t / len(ks)
+            extra = f"  {curve[ks[0]]:7.2f} us per group"
+        else:
+            extra = f"  predicted from equal groups {sum(interpolate(curve, k) for k in ks) / 1e3:.4f} ms" if curve else ""
+        yield f"{label:52s} {sum(ks):6d} tokens {blocks:4d} blocks {t:8.4f} ms{extra}"
+
+
+def run_splits(args) -> None:
+    import torch
+
+    from wgrad.bench.layers import time_interleaved
+    from wgrad.bench.problems import contiguous_wgrad_call
+
+    m, n = (int(v) for v in args.mn.split(","))
+    bf16 = args.out == "bf16"
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
+    def timed(ks: List[int]) -> float:
+        fn = contiguous_wgrad_call(m, n, ks, bf16, "cuda", gen)
+        t = time_interleaved({0: fn}, args.reps, flush, host=False)[0].gpu_ms
+        del fn
+        return t
+
+    print(f"contiguous-K {m} x {n}, {args.out} out, {SPLIT_GROUPS} groups", flush=True)
+    variants = split_variants([int(v) for v in args.ks.split(",")], [int(v) for v in args.blocks.split(",")])
+    for line in split_lines(variants, timed):
+        print(line, flush=True)
+
+
+def uneven_split_of(groups: int) -> List[int]:
+    """The uneven split of the grouped shapes (grouped_specs)."""
+    from wgrad.bench.layers import uneven_split
+
+    return uneven_split(TOKENS, groups, 0)
+
+
 def run_ncu(args) -> None:
     import torch
 
@@ -199,6 +281,12 @@ def main(argv=None) -> int:
     ksweep.add_argument("--block-n", type=int, default=128, choices=(128, 144, 160))
     ksweep.add_argument("--out", default="bf16", choices=("bf16", "fp32"))
     ksweep.add_argument("--reps", type=int, default=15)
+    splits = sub.add_parser("splits")
+    splits.add_argument("--mn", default="2048,7168")
+    splits.add_argument("--ks", default="32,64,128,256,384,512,1024,2048")
+    splits.add_argument("--blocks", default="4,5,6", help="whole K blocks per group of the alignment pairs")
+    splits.add_argument("--out", default="bf16", choices=("bf16", "fp32"))
+    splits.add_argument("--reps", type=int, default=10)
     ncu = sub.add_parser("ncu")
     ncu.add_argument("name")
     sub.add_parser("list")
@@ -209,6 +297,8 @@ def main(argv=None) -> int:
         run_diag(args)
     elif args.mode == "ksweep":
         run_ksweep(args)
+    elif args.mode == "splits":
+        run_splits(args)
     else:
         run_ncu(args)
     return 0

@@ -33,6 +33,7 @@ from torch import nn
 from .. import quant
 from ..nn import Fp8GroupedLinear, Fp8Linear
 from ..nn import _recipe
+from ..nn import functional as nn_functional
 from .common import ProgressFn
 from .suite import Suite, SuiteRun
 from .timing import L2_FLUSH_BYTES, host_times_us, sleep_cycles_per_ms
@@ -254,15 +255,16 @@ def bench_grouped(experts: int, in_f: int, out_f: int, tokens: int, reps: int, f
     xd = x.detach()
     w = ours.weight.detach()
     w_q, w_s, w_q_t, w_s_t = _recipe.grouped_weight_operands(w)
-    x_q, x_s, x_q_t, x_s_t, padded = quant.quantize_fp8_1x128_both_segments_padded(xd, sizes, pad=32)
-    dy_q, dy_s, dy_q_t, dy_s_t, _ = quant.quantize_fp8_1x128_both_segments_padded(dy, sizes, pad=32)
+    pad = nn_functional.GROUPED_PAD  # the layer's own padding: the steps below are its steps
+    x_q, x_s, x_q_t, x_s_t, padded = quant.quantize_fp8_1x128_both_segments_padded(xd, sizes, pad=pad)
+    dy_q, dy_s, dy_q_t, dy_s_t, _ = quant.quantize_fp8_1x128_both_segments_padded(dy, sizes, pad=pad)
     grad = torch.zeros(w.shape, device="cuda")
     grad_bf16 = torch.empty(w.shape, device="cuda", dtype=torch.bfloat16)
     steps = _gpu_ms(time_interleaved({
         "weight cast": lambda: _recipe.grouped_weight_operands(w),
-        "x cast": lambda: quant.quantize_fp8_1x128_both_segments_padded(xd, sizes, pad=32),
+        "x cast": lambda: quant.quantize_fp8_1x128_both_segments_padded(xd, sizes, pad=pad),
         "fprop": lambda: _recipe.m_grouped_mm(x_q, x_s, w_q, w_s, sizes, torch.bfloat16),
-        "dy cast": lambda: quant.quantize_fp8_1x128_both_segments_padded(dy, sizes, pad=32),
+        "dy cast": lambda: quant.quantize_fp8_1x128_both_segments_padded(dy, sizes, pad=pad),
         "dgrad": lambda: _recipe.m_grouped_mm(dy_q, dy_s, w_q_t, w_s_t, sizes, torch.bfloat16),
         "wgrad": lambda: torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(dy_q_t, dy_s_t, x_q_t,
                                                                                          x_s_t, grad, padded),
