@@ -67,11 +67,9 @@ def waves(m: int, n: int, block_n: int, num_sms: int, groups: int = 1) -> int:
 
 def grouped_specs() -> Dict[str, Tuple[int, int, List[int], bool]]:
     """name -> (M, N, token counts per expert, bf16 out)."""
-    from wgrad.bench.layers import uneven_split
-
     specs = {}
     for experts in (8, 32):
-        ks = padded(uneven_split(TOKENS, experts, 0))
+        ks = padded(uneven_split_of(experts))
         for m, n in ((2048, 7168), (7168, 2048)):
             for bf16 in (True, False):
                 out = "bf16" if bf16 else "fp32"
@@ -212,8 +210,8 @@ def split_variants(ks_equal: Sequence[int], blocks: Sequence[int]) -> List[Tuple
 
 def split_lines(variants: Sequence[Tuple[str, List[int], bool]],
                 timed: Callable[[List[int]], float]) -> Iterator[str]:
-    """One line per split, as it is timed: its tokens, K blocks and time (ms, from `timed`); an equal split adds its time per
-    group, every other split the time predicted from the equal splits (interpolate)."""
+    """One line per split, as it is timed: its tokens, K blocks and time (ms, from `timed`); an equal split adds
+    its time per group, every other split the time predicted from the equal splits before it (interpolate)."""
     curve: Dict[int, float] = {}
     for label, ks, equal in variants:
         t = timed(ks)
@@ -221,8 +219,10 @@ def split_lines(variants: Sequence[Tuple[str, List[int], bool]],
         if equal:
             curve[ks[0]] = 1e3 * t / len(ks)
             extra = f"  {curve[ks[0]]:7.2f} us per group"
+        elif curve:
+            extra = f"  predicted from equal groups {sum(interpolate(curve, k) for k in ks) / 1e3:.4f} ms"
         else:
-            extra = f"  predicted from equal groups {sum(interpolate(curve, k) for k in ks) / 1e3:.4f} ms" if curve else ""
+            extra = ""
         yield f"{label:52s} {sum(ks):6d} tokens {blocks:4d} blocks {t:8.4f} ms{extra}"
 
 
