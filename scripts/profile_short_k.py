@@ -13,8 +13,9 @@ measurement build (`WGRAD_DIAG_VARIANTS=1 ./scripts/build.sh`, docs/design.md, K
   splits: one contiguous-K M x N (bf16 or fp32 out, the release build's heuristics) over 32 groups of equal
           K_g, then the expert layers' uneven split against the same split with every group rounded up to a
           multiple of 128 tokens, and groups of whole K blocks that start on a 128-token boundary against the
-          same groups shifted by 32 tokens (a first group of 32). Equal groups give the time of a group against
-          its K_g; from that curve the uneven split's time is predicted and set beside its measured time.
+          same groups shifted by 32 tokens (a group of 32 tokens last, then first: K_total stays the same).
+          Equal groups give the time of a group against its K_g; from that curve the uneven split's time is
+          predicted and set beside its measured time.
   ncu:    runs shape NAME three times, for
           `ncu -k regex:wgrad_gemm_kernel --launch-skip 2 --launch-count 1 python3 scripts/profile_short_k.py ncu NAME`.
   list:   the shapes.
@@ -63,6 +64,13 @@ def waves(m: int, n: int, block_n: int, num_sms: int, groups: int = 1) -> int:
     """Waves of output tiles of a persistent launch on num_sms SMs (one CTA per SM)."""
     tiles = math.ceil(m / BLOCK_M) * math.ceil(n / block_n) * groups
     return math.ceil(tiles / num_sms)
+
+
+def uneven_split_of(groups: int) -> List[int]:
+    """The uneven split of the grouped shapes (grouped_specs, splits)."""
+    from wgrad.bench.layers import uneven_split
+
+    return uneven_split(TOKENS, groups, 0)
 
 
 def grouped_specs() -> Dict[str, Tuple[int, int, List[int], bool]]:
@@ -247,13 +255,6 @@ def run_splits(args) -> None:
     variants = split_variants([int(v) for v in args.ks.split(",")], [int(v) for v in args.blocks.split(",")])
     for line in split_lines(variants, timed):
         print(line, flush=True)
-
-
-def uneven_split_of(groups: int) -> List[int]:
-    """The uneven split of the grouped shapes (grouped_specs)."""
-    from wgrad.bench.layers import uneven_split
-
-    return uneven_split(TOKENS, groups, 0)
 
 
 def run_ncu(args) -> None:
