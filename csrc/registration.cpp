@@ -29,7 +29,7 @@
 //   like any argument.
 //   a    float8_e4m3fn [M, K_total], the rules of dense a but for K_total, which may be any value (the
 //        row stride stays a multiple of 16); columns [off_g, off_g + ks[g]) are group g's,
-//        off_g = sum(ks[:g]), and sum(ks) must equal K_total.
+//        off_g = sum(ks[:g]), and sum(ks) must be at most K_total (the columns past it are not read).
 //   b    float8_e4m3fn [N, K_total].
 //   sa   float32 [M, kb_cap] MN-major, kb_cap >= ceil(K_total/128) + G - 1 (the most blocks any split of
 //        K_total into G groups can need); group g's blocks start at column sum_{h<g} ceil(ks[h]/128).
@@ -65,8 +65,9 @@
 //                contiguous-K operand of the k-grouped GEMM. Unused trailing scale columns hold 0.
 //   colwise_segments_padded(x, sizes, pad) -> the same with every segment's q_t columns padded with zero
 //                columns to a multiple of pad (16/32/64/128): q_t [C, K], K = floor((R + G (pad - 1)) / pad)
-//                * pad, scales [C, ceil(K/128) + G - 1], and padded_sizes int32 [G] (align_up(size, pad),
-//                the last one the rest of K): what the contiguous-K GEMM takes for any token counts.
+//                * pad, scales [C, ceil(K/128) + G - 1], and padded_sizes int32 [G] (align_up(size, pad);
+//                the zero columns past their sum are not read): what the contiguous-K GEMM takes for any
+//                token counts.
 //   both_segments_padded(x, sizes, pad) -> (q, scales) of rowwise and (q_t, scales_t, padded_sizes) of
 //                colwise_segments_padded from one read of x (an MoE layer's activation: row-wise for the
 //                expert GEMM, column-wise per expert for wgrad). Invalid sizes: the column-wise outputs as

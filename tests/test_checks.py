@@ -6,7 +6,7 @@ Each case runs on three backends:
 - meta: the Python fake kernels (python/wgrad/_ops.py), which must mirror the C++ checks: the same
         inputs raise, with a message matching the same pattern;
 - cuda: the C++ checks in front of the SM90 kernels (skipped without an SM90 GPU).
-Cases that need the values of the `ks` tensor (negative sizes, sum(ks) != K_total) are checked on the
+Cases that need the values of the `ks` tensor (negative sizes, sum(ks) > K_total) are checked on the
 host only where the data can be read without a synchronisation: on the CPU. On meta tensors there is no
 data; on CUDA the kernel validates the sizes and leaves out untouched when they are invalid, without an
 error (raising one would need a host synchronisation; see docs/contract.md).
@@ -266,10 +266,8 @@ CONTIG_CASES = [
     Case("out_misaligned", lambda d, g: dict(out=at_offset((3, M, N), torch.float32, 1, d)),
          r"out data pointer must be 16-byte aligned.*storage offset 1"),
     Case("ks_negative", lambda d, g: dict(ks=_ks([96, -4, 68], d)), r"ks\[1\] must be >= 0, got -4", needs_data=True),
-    Case("ks_sum_below_k_total", lambda d, g: dict(ks=_ks([96, 0, 48], d)),
-         r"sum\(ks\) must equal K_total = 160, got 144", needs_data=True),
     Case("ks_sum_above_k_total", lambda d, g: dict(ks=_ks([96, 16, 64], d)),
-         r"sum\(ks\) must equal K_total = 160, got 176", needs_data=True),
+         r"sum\(ks\) must be at most K_total = 160, got 176", needs_data=True),
 ]
 
 # The bf16 forms: the fp32 forms' operand cases (those that leave out as it is) and their own out rules.

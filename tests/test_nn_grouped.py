@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import nn_reference
-from helpers import capture_graph, gpu, rel_frobenius
+from helpers import capture_graph, cuda_param, gpu, rel_frobenius
 from wgrad.nn import Fp8GroupedLinear, fp8_grouped_linear
 
 
@@ -67,6 +67,20 @@ def test_cpu_main_grad_leaves_empty_experts_untouched():
     assert torch.all(main_grad[1] == 7.0)
     torch.testing.assert_close(main_grad, (7.0 + dw_ref).float(), rtol=1e-6, atol=1e-6)
     assert weight.grad is None and weight.grad_added_to_main_grad
+
+
+@pytest.mark.parametrize("device", ["cpu", cuda_param("cuda", id="cuda")])
+def test_main_grad_of_empty_experts_keeps_its_bits(device):
+    """An expert without tokens, the last one included (the padded cast's zero columns after the last
+    expert are not handed to it), leaves its main_grad bitwise as it was: -0.0 stays -0.0."""
+    sizes = [40, 0, 88, 0]
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    x, w, _, dy = _data(sizes, 128, 32, dtype, seed=4)
+    main_grad = torch.full(w.shape, -0.0, device=device)
+    _run(x.to(device), w.to(device), None, dy.to(device), torch.tensor(sizes, device=device), main_grad=main_grad)
+    for g in (1, 3):
+        assert torch.equal(main_grad[g].view(torch.int32).cpu(), torch.full((32, 128), -0.0).view(torch.int32))
+    assert main_grad[0].abs().amax() > 0 and main_grad[2].abs().amax() > 0
 
 
 def test_cpu_module_and_init():

@@ -327,10 +327,10 @@ SegmentsOutputs segments_cast(const char* op, const torch::stable::Tensor& x, co
   } else {
     // Every segment's q_t columns padded to a multiple of `pad` with zero columns (and the columns after the
     // last segment zero too): q_t [C, K] with K = padded_segment_columns(R, G, pad), scales [C, ceil(K/128) +
-    // G - 1], and the padded sizes (int32 [G] on the device: align_up(size_g, pad), the last one K minus the
-    // others) that the k-grouped contiguous-K GEMM takes with them. Zero columns add nothing to a GEMM, so
-    // any token counts work end to end; with pad >= 32 every block starts on a 32-byte sector of q_t (the
-    // fast store path).
+    // G - 1], and the padded sizes (int32 [G] on the device: align_up(size_g, pad)) that the k-grouped
+    // contiguous-K GEMM takes with them; it does not read the zero columns past their sum. Zero columns add
+    // nothing to a GEMM, so any token counts work end to end; with pad >= 32 every block starts on a 32-byte
+    // sector of q_t (the fast store path).
     const int64_t k = padded_segment_columns(rows, groups, pad);
     WGRAD_CHECK(k <= std::numeric_limits<int32_t>::max(), op, ": R + G (pad - 1) must be < 2^31, got ", k);
     row_blocks = k_block_capacity(k, groups);
@@ -344,7 +344,6 @@ SegmentsOutputs segments_cast(const char* op, const torch::stable::Tensor& x, co
     scales_t = empty_mn_major_scales(x, cols, row_blocks);
     padded = empty_1d(sizes, groups, ScalarType::Int);
     segments.pad = pad;
-    segments.out_cols = k;
     segments.padded_sizes = padded.mutable_data_ptr<int32_t>();  // written by the segment table's builder
     segments.num_row_blocks = row_blocks;
     if (row_blocks == 0 || cols == 0) {  // no cast to launch: the one-CTA table kernel alone writes padded

@@ -105,8 +105,9 @@ def _contiguous_operands(lhs: Operand, rhs: Operand) -> Tuple[torch.Tensor, torc
 
 def check_group_sizes(group_sizes: Union[torch.Tensor, Sequence[int]], k_total: int) -> None:
     """Host-side check of contiguous-K group sizes (synchronises with the device): raises ValueError
-    naming the first bad size, or the sum, where the kernel would leave `out` untouched. The sizes must
-    be integers (an integer tensor, or a sequence of ints), like k_total."""
+    naming the first bad size, or the sum, where the kernel would leave `out` untouched (a negative size,
+    or a sum above k_total). The sizes must be integers (an integer tensor, or a sequence of ints), like
+    k_total."""
     k_total = as_int(k_total, "k_total")
     if isinstance(group_sizes, torch.Tensor):
         if group_sizes.dtype.is_floating_point or group_sizes.dtype.is_complex or group_sizes.dtype == torch.bool:
@@ -117,8 +118,8 @@ def check_group_sizes(group_sizes: Union[torch.Tensor, Sequence[int]], k_total: 
     for g, k in enumerate(sizes):
         if k < 0:
             raise ValueError(f"group_sizes[{g}] must be >= 0, got {k}")
-    if sum(sizes) != k_total:
-        raise ValueError(f"sum(group_sizes) must equal K_total = {k_total}, got {sum(sizes)}")
+    if sum(sizes) > k_total:
+        raise ValueError(f"sum(group_sizes) must be at most K_total = {k_total}, got {sum(sizes)}")
 
 
 def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, out: torch.Tensor,
@@ -127,10 +128,11 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, 
     b [N, K_total] (what a transposed cast of the token-major MoE buffer produces). `group_sizes` is an
     int32 tensor [G] on the operands' device and is only read by the kernel: no host synchronisation,
     capturable in a CUDA graph. Each size must be >= 0 (any value: a group may start inside a 16-byte
-    chunk, at some cost, see docs/contract.md) and they must sum to K_total;
-    the kernel checks this on the device and leaves `out` untouched when they do not (it cannot raise
-    without a synchronisation: call `check_group_sizes` first when in doubt). Scales have `ceil(K_total/128) + G - 1` block columns (blocks restart at
-    every group; trailing ones unused)."""
+    chunk, at some cost, see docs/contract.md) and they must sum to at most K_total (the columns past
+    their sum are not read: the zero tail of the padded segments cast's output); the kernel checks this on
+    the device and leaves `out` untouched when they do not (it cannot raise without a synchronisation: call
+    `check_group_sizes` first when in doubt). Scales have `ceil(K_total/128) + G - 1` block columns (blocks
+    restart at every group; trailing ones unused)."""
     a, sa, b, sb = _contiguous_operands(lhs, rhs)
     torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, group_sizes)
 

@@ -346,10 +346,11 @@ def quantize_fp8_1x128_colwise_segments_padded(x: torch.Tensor, sizes: Union[tor
     `q_t` [C, K] with K = floor((R + G * (pad - 1)) / pad) * pad (segment g starts at column
     `sum(padded_sizes[:g])`; all other columns are 0), `scales_t` [C, ceil(K/128) + G - 1] (segment g's
     blocks where the unpadded cast puts them, 0 after) and `padded_sizes` int32 [G] on x's device
-    (`align_up(sizes[g], pad)`, the last one `K - sum(others)`), computed on the device: no host
-    synchronisation. Feed `(q_t, scales_t)` of both operands and `padded_sizes` to
-    `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`: zero columns add nothing, and every expert starts
-    on a 16-byte chunk, which the GEMM loads without shifting. pad >= 32 keeps every block on whole
+    (`align_up(sizes[g], pad)`, summing to at most K), computed on the device: no host synchronisation.
+    Feed `(q_t, scales_t)` of both operands and `padded_sizes` to
+    `k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous`: zero columns add nothing, the GEMM does not read
+    the columns past the padded sizes' sum, and every expert starts on a 16-byte chunk, which the GEMM loads
+    without shifting. pad >= 32 keeps every block on whole
     32-byte sectors of `q_t` (the fast store path; docs/contract.md). `sizes` as in
     `quantize_fp8_1x128_colwise_segments`."""
     x2 = _as_2d(x)

@@ -61,7 +61,7 @@ def k_grouped_reference(a, sa, b, sb, ks: Sequence[int], m: int, n: int) -> List
 
 def k_grouped_contiguous_reference(a, sa, b, sb, ks: Sequence[int]) -> List[torch.Tensor]:
     """float64 per-group products of the contiguous-K layout: group g owns columns
-    [sum(ks[:g]), sum(ks[:g+1])) of a [M, K_total] and b [N, K_total]."""
+    [sum(ks[:g]), sum(ks[:g+1])) of a [M, K_total] and b [N, K_total]; the columns past sum(ks) are not read."""
     sa_g = group_scale_columns(sa, ks)
     sb_g = group_scale_columns(sb, ks)
     outs, off = [], 0
@@ -202,15 +202,14 @@ def quantize_fp8_1x128_colwise_segments_padded_reference(x: torch.Tensor, sizes:
     """The segments rule with every segment's q_t columns padded with zero columns to a multiple of `pad`
     (16, 32, 64 or 128). Returns `q_t` [C, K] (K = padded_segment_columns(R, G, pad); segment g's columns
     start at sum_{h<g} padded[h], every other column is 0), `scales_t` [C, ceil(K/128) + G - 1] (the same
-    columns as the unpadded rule's, 0 after them) and `padded` (a list: align_up(sizes[g], pad), the last
-    one K minus the others), the sizes the contiguous-K GEMM takes with them. pad divides 128, so every
-    segment but the last keeps its block count; the last one's extra blocks hold zeros only."""
+    columns as the unpadded rule's, 0 after them) and `padded` (a list: align_up(sizes[g], pad), summing
+    to at most K), the sizes the contiguous-K GEMM takes with them (it does not read the columns past their
+    sum). pad divides 128, so every segment keeps its block count."""
     sizes = [int(s) for s in sizes]
     rows, cols = x.shape
     k = padded_segment_columns(rows, len(sizes), pad)
     q_u, s_u = quantize_fp8_1x128_colwise_segments_reference(x, sizes, ue8m0)
-    padded = [align_up(s, pad) for s in sizes[:-1]]
-    padded.append(k - sum(padded))
+    padded = [align_up(s, pad) for s in sizes]
     q_t = torch.zeros((cols, k), dtype=torch.uint8)
     src = dst = 0
     for s, p in zip(sizes, padded):

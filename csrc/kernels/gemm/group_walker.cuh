@@ -76,8 +76,9 @@ struct GroupKWalker {
       const int rem = kg % static_cast<int>(kScaleBlockK);
       w.k_shift = k_offset % 16;
       w.last_valid = rem != 0 ? rem : static_cast<int>(kScaleBlockK);
-      // Past K_total TMA fills zeros by itself; only a following group's columns need masking (by the
-      // consumers after an aligned load; a shifted load is masked by the producer as it shifts).
+      // Past K_total TMA fills zeros by itself; a following group's columns, or the unread ones past the
+      // sizes' sum, need masking (by the consumers after an aligned load; a shifted load is masked by the
+      // producer as it shifts).
       w.tail_valid = (rem != 0 && k_offset + kg < k && w.k_shift == 0) ? rem : 0;
     }
     return w;

@@ -100,9 +100,9 @@ struct SharedStorageSm90<kBlockN, kStages, kMode, true, false> {
   typename MainloopSm90<kBlockN, kStages, kMode == GroupMode::MGrouped>::SharedStorage mainloop;
 };
 
-// Contiguous-K sizes are only on the device: every CTA validates them (each >= 0, sum equal to
-// K_total) before touching anything, and all CTAs reach the same verdict. Invalid sizes leave `out`
-// untouched.
+// Contiguous-K sizes are only on the device: every CTA validates them (each >= 0, sum at most K_total:
+// the columns past the sum are not read) before touching anything, and all CTAs reach the same verdict.
+// Invalid sizes leave `out` untouched.
 // m-grouped sizes likewise (each >= 0, sum equal to T); the kernel's tile count follows from them:
 // sum_g m_group_row_tiles(off_g, M_g) row tiles (group_walker.cuh), each tiles_n wide, which warp 0
 // counts with a prefix sum over the groups, 32 at a time. Returns the tile count, or -1 for invalid sizes
@@ -163,7 +163,7 @@ __device__ bool group_sizes_valid(const Params& p) {
     }
     atomicAdd(&total, static_cast<unsigned long long>(local));
     const int any_bad = __syncthreads_or(bad);
-    return !any_bad && static_cast<long long>(total) == p.k;
+    return !any_bad && static_cast<long long>(total) <= p.k;
   }
 }
 

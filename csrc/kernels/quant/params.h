@@ -56,8 +56,7 @@ struct SegmentTableArgs {
   int64_t rows = 0;
   int64_t num_row_blocks = 0;      // the scale columns of the output: entries of the table
   int64_t pad = 0;                 // QuantizeParams::seg_pad
-  int64_t out_cols = 0;            // padded: the q_t columns K
-  int32_t* padded_sizes = nullptr; // padded: [num_segments] align_up(size_g, pad), the last one K - the others
+  int32_t* padded_sizes = nullptr; // padded: [num_segments] align_up(size_g, pad) (summing to at most K)
 };
 
 }  // namespace wgrad::quant

@@ -124,7 +124,7 @@ __device__ void build_segment_table(const SegmentTableArgs& a, SegmentStart* seg
       seg[g] = {static_cast<int32_t>(rows_before), static_cast<int32_t>(blocks_before),
                 static_cast<int32_t>(out_before)};
       if (a.padded_sizes != nullptr && blockIdx.x == 0) {  // one CTA writes them (meaningless if invalid)
-        a.padded_sizes[g] = static_cast<int32_t>(g == a.num_segments - 1 ? a.out_cols - out_before : out);
+        a.padded_sizes[g] = static_cast<int32_t>(out);
       }
     }
     __syncthreads();  // everyone has read the carries
@@ -196,8 +196,7 @@ __device__ __forceinline__ SegmentSummary build_segment_table_warps(const Segmen
   const int32_t block_start = static_cast<int32_t>(blocks_incl - blocks);
   const int32_t out_start = static_cast<int32_t>(out_incl - out);
   if (a.padded_sizes != nullptr && blockIdx.x == 0 && warp == 0 && lane < groups) {  // meaningless if invalid
-    a.padded_sizes[lane] =
-        static_cast<int32_t>(lane == groups - 1 ? static_cast<uint32_t>(a.out_cols) - out_start : out);
+    a.padded_sizes[lane] = static_cast<int32_t>(out);
   }
   SegmentSummary summary;
   summary.used_blocks = valid ? static_cast<int32_t>(__shfl_sync(0xFFFFFFFFu, blocks_incl, 31)) : 0;
