@@ -166,6 +166,64 @@ def test_cpu_state_dict_round_trip_with_nn_linear():
     assert shared.weight is ref.weight and shared.bias is ref.bias and "in_features=128" in repr(shared)
 
 
+class _Scaled(nn.Linear):
+    """A subclass with a forward of its own: convert_to_fp8 must leave it alone."""
+
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+def _model():
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(64, 128), nn.GELU(),
+                         nn.ModuleDict({"proj": nn.Linear(128, 64, bias=False), "head": nn.Linear(64, 10),
+                                        "scaled": _Scaled(64, 64)}))
+
+
+def test_cpu_convert_to_fp8_in_place():
+    model = _model()
+    layers = {name: m for name, m in model.named_modules()}
+    params = {name: p for name, p in model.named_parameters()}
+    state = copy.deepcopy(model.state_dict())
+    calls = []
+    layers["0"].register_forward_hook(lambda m, args, out: calls.append(type(m)))
+    model.eval()
+    assert wgrad.nn.convert_to_fp8(model) is model
+    kinds = {name: type(m) for name, m in model.named_modules()}
+    assert kinds["0"] is Fp8Linear and kinds["2.proj"] is Fp8Linear
+    assert kinds["2.head"] is nn.Linear  # 10 out features: not a multiple of 16
+    assert kinds["2.scaled"] is _Scaled  # a subclass keeps its own forward
+    # The same objects, parameters, hooks and mode: an optimizer built before still holds the parameters.
+    assert all(m is layers[name] for name, m in model.named_modules())
+    assert all(p is params[name] for name, p in model.named_parameters())
+    assert not model[0].training
+    state_after = model.state_dict()
+    assert list(state_after) == list(state) and all(torch.equal(state_after[k], state[k]) for k in state)
+    x = torch.randn(12, 64)
+    assert torch.equal(model[0](x), fp8_linear(x, model[0].weight, model[0].bias))
+    assert calls == [Fp8Linear]
+
+
+def test_cpu_convert_to_fp8_filter_and_root():
+    model = _model()
+    seen = []
+
+    def only_proj(linear, name):
+        seen.append(name)
+        return name.endswith("proj")
+
+    wgrad.nn.convert_to_fp8(model, only_proj)
+    assert seen == ["0", "2.proj"]  # the filter is asked about convertible layers only
+    assert type(model[0]) is nn.Linear and type(model[2]["proj"]) is Fp8Linear
+    root = nn.Linear(32, 48)
+    assert wgrad.nn.convert_to_fp8(root) is root and type(root) is Fp8Linear
+    assert not wgrad.nn.convertible(nn.Linear(32, 40)) and wgrad.nn.convertible(nn.Linear(32, 48))
+    shared = nn.Linear(16, 16)
+    tied = nn.Sequential(shared, nn.ReLU(), shared)
+    wgrad.nn.convert_to_fp8(tied, lambda m, name: seen.append(name) or True)
+    assert type(tied[0]) is Fp8Linear and tied[0] is tied[2] and seen[-1] == "0"  # visited once
+
+
 def test_cpu_frozen_parts_skip_their_gemms():
     x, w, b, dy = _data(32, 128, 256, torch.float32, seed=7)
     weight = nn.Parameter(w.clone(), requires_grad=False)
@@ -432,8 +490,8 @@ def test_gpu_mlp_trains_like_bf16():
             data.append((x.bfloat16(), teacher(x) + 0.01 * torch.randn(512, dim, device="cuda")))
     torch.manual_seed(1)
     bf16 = _Mlp(dim, hidden, linear=nn.Linear, dtype=torch.bfloat16, device="cuda")
-    fp8 = _Mlp(dim, hidden, dtype=torch.bfloat16, device="cuda")
-    fp8.load_state_dict(bf16.state_dict())
+    fp8 = wgrad.nn.convert_to_fp8(copy.deepcopy(bf16))  # the bf16 model's layers, their class swapped
+    assert all(type(m) is Fp8Linear for m in fp8.modules() if isinstance(m, nn.Linear))
     loss_bf16 = nn_reference.train_losses(bf16, data, 300)
     loss_fp8 = nn_reference.train_losses(fp8, data, 300)
     assert loss_bf16[-1] < 0.5 * loss_bf16[0]  # the task is learnt at all

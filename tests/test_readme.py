@@ -83,3 +83,5 @@ def test_readme_standalone_blocks_run():
     # The layers' block: main_grad received the weight gradient, the experts' weights theirs.
     assert env["layer"].weight.grad is None and env["layer"].weight.main_grad.abs().sum() > 0
     assert env["experts"].weight.grad.shape == (8, 128, 256) and torch.all(env["experts"].weight.grad[1] == 0)
+    linears = [m for m in env["model"].modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 2 and all(type(m) is wgrad.nn.Fp8Linear and m.weight.grad is not None for m in linears)

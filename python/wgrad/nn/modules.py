@@ -1,11 +1,12 @@
 """Drop-in FP8 layers: `Fp8Linear` (an `nn.Linear` whose GEMMs run in FP8) and `Fp8GroupedLinear` (the experts
-of an MoE layer). Parameters are named, shaped and initialised as their bf16 counterparts', so a bf16
-model's state_dict loads as it is; the FP8 copies of the weight are derived, never stored."""
+of an MoE layer), and `convert_to_fp8` (a model's `nn.Linear` layers into `Fp8Linear`, in place). Parameters
+are named, shaped and initialised as their bf16 counterparts', so a bf16 model's state_dict loads as it is;
+the FP8 copies of the weight are derived, never stored."""
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -39,6 +40,29 @@ class Fp8Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return fp8_linear(x, self.weight, self.bias)
+
+
+def convertible(linear: nn.Module) -> bool:
+    """True for a module `convert_to_fp8` turns into an `Fp8Linear`: of type exactly `nn.Linear` (a subclass
+    may compute something else in its forward) with in and out features multiples of 16."""
+    return (type(linear) is nn.Linear and linear.in_features % 16 == 0 and linear.in_features > 0
+            and linear.out_features % 16 == 0 and linear.out_features > 0)
+
+
+def convert_to_fp8(module: nn.Module,
+                   module_filter: Optional[Callable[[nn.Linear, str], bool]] = None) -> nn.Module:
+    """Turns every convertible `nn.Linear` in `module` (itself included) into an `Fp8Linear`, in place, and
+    returns `module`. A converted layer is the same object with the same parameters, buffers, hooks and
+    training mode; only its class changes, so references to it, its state_dict and an optimizer built on
+    its parameters stay valid. Convertible (`convertible`): type exactly `nn.Linear`, in and out features
+    multiples of 16; `module_filter(linear, name)` (name: its qualified name in `module`, "" for `module`
+    itself) picks among them, all when None. Other modules are left as they are. Convert before wrapping
+    the model (FSDP2's `fully_shard`, DDP, `torch.compile`): a wrapper's own subclass of `nn.Linear` is not
+    converted."""
+    for name, child in module.named_modules(remove_duplicate=True):
+        if convertible(child) and (module_filter is None or module_filter(child, name)):
+            child.__class__ = Fp8Linear
+    return module
 
 
 class Fp8GroupedLinear(nn.Module):
