@@ -20,7 +20,7 @@ from torch import nn
 
 import nn_reference
 import wgrad
-from helpers import capture_graph, gpu, package_env, rel_frobenius
+from helpers import capture_graph, cuda_param, gpu, package_env, rel_frobenius
 from wgrad.nn import Fp8Linear, fp8_linear
 from wgrad.nn import _recipe
 
@@ -222,6 +222,31 @@ def test_cpu_convert_to_fp8_filter_and_root():
     tied = nn.Sequential(shared, nn.ReLU(), shared)
     wgrad.nn.convert_to_fp8(tied, lambda m, name: seen.append(name) or True)
     assert type(tied[0]) is Fp8Linear and tied[0] is tied[2] and seen[-1] == "0"  # visited once
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
+@pytest.mark.parametrize("device", ["cpu", cuda_param("cuda", id="cuda")])
+def test_activation_checkpointing_gives_the_same_step(device, reentrant):
+    """Under torch.utils.checkpoint the forward runs again in backward: the output, the input's gradient and
+    main_grad are the bits of the step without it, and main_grad receives the weight gradient once."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    torch.manual_seed(5)
+    plain = nn.Sequential(Fp8Linear(128, 256), nn.GELU(), Fp8Linear(256, 128)).to(device, dtype)
+    ckpt = copy.deepcopy(plain)
+    for model in (plain, ckpt):
+        for layer in (model[0], model[2]):
+            layer.weight.main_grad = torch.zeros(layer.weight.shape, device=device)
+    x = torch.randn(96, 128, device=device, dtype=dtype)
+    x_plain, x_ckpt = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    y_plain = plain(x_plain)
+    y_ckpt = torch.utils.checkpoint.checkpoint(ckpt, x_ckpt, use_reentrant=reentrant)
+    y_plain.float().square().sum().backward()
+    y_ckpt.float().square().sum().backward()
+    assert torch.equal(y_ckpt, y_plain) and torch.equal(x_ckpt.grad, x_plain.grad)
+    for a, b in ((ckpt[0], plain[0]), (ckpt[2], plain[2])):
+        assert torch.equal(a.weight.main_grad, b.weight.main_grad) and a.weight.grad is None
+        assert a.weight.main_grad.abs().amax() > 0
+    assert torch.equal(ckpt[0].bias.grad, plain[0].bias.grad)
 
 
 def test_cpu_frozen_parts_skip_their_gemms():
