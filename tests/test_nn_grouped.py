@@ -83,10 +83,11 @@ def test_main_grad_of_empty_experts_keeps_its_bits(device):
     assert main_grad[0].abs().amax() > 0 and main_grad[2].abs().amax() > 0
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
 @pytest.mark.parametrize("device", ["cpu", cuda_param("cuda", id="cuda")])
-def test_activation_checkpointing_gives_the_same_step(device):
-    """Under torch.utils.checkpoint (non-reentrant) the experts' forward runs again in backward: the same
-    output, input gradient and weight gradient bits as the step without it."""
+def test_activation_checkpointing_gives_the_same_step(device, reentrant):
+    """Under torch.utils.checkpoint the experts' forward runs again in backward: the same output, input
+    gradient and weight gradient bits as the step without it."""
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(6)
     plain = Fp8GroupedLinear(4, 128, 64, device=device, dtype=dtype)
@@ -96,7 +97,7 @@ def test_activation_checkpointing_gives_the_same_step(device):
     x = torch.randn(160, 128, device=device, dtype=dtype)
     x_plain, x_ckpt = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     y_plain = plain(x_plain, sizes)
-    y_ckpt = torch.utils.checkpoint.checkpoint(ckpt, x_ckpt, sizes, use_reentrant=False)
+    y_ckpt = torch.utils.checkpoint.checkpoint(ckpt, x_ckpt, sizes, use_reentrant=reentrant)
     y_plain.float().square().sum().backward()
     y_ckpt.float().square().sum().backward()
     assert torch.equal(y_ckpt, y_plain) and torch.equal(x_ckpt.grad, x_plain.grad)
