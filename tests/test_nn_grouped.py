@@ -104,6 +104,28 @@ def test_activation_checkpointing_gives_the_same_step(device, reentrant):
     assert torch.equal(ckpt.weight.grad, plain.weight.grad) and plain.weight.grad.abs().amax() > 0
 
 
+@pytest.mark.parametrize("device", ["cpu", cuda_param("cuda", id="cuda")])
+def test_autocast_runs_in_its_dtype(device):
+    """Under torch.autocast (bf16) fp32 experts on fp32 tokens give bf16, the bits of the layer called outside
+    autocast on the tokens cast to bf16; the fp32 weight's gradient stays fp32."""
+    torch.manual_seed(9)
+    layer = Fp8GroupedLinear(3, 128, 64, bias=True, device=device)
+    twin = Fp8GroupedLinear(3, 128, 64, bias=True, device=device)
+    twin.load_state_dict(layer.state_dict())
+    sizes = torch.tensor([20, 0, 45], device=device)
+    x = torch.randn(65, 128, device=device, requires_grad=True)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        y = layer(x, sizes)
+    assert y.dtype == torch.bfloat16
+    y.float().square().sum().backward()
+    x16 = x.detach().bfloat16().requires_grad_(True)
+    y16 = twin(x16, sizes)
+    y16.float().square().sum().backward()
+    assert torch.equal(y, y16) and torch.equal(x.grad, x16.grad.float())
+    assert layer.weight.grad.dtype == torch.float32 and torch.equal(layer.weight.grad, twin.weight.grad)
+    assert torch.equal(layer.bias.grad, twin.bias.grad)
+
+
 def test_cpu_module_and_init():
     layer = Fp8GroupedLinear(4, 32, 48, bias=True)
     assert layer.weight.shape == (4, 48, 32) and layer.bias.shape == (4, 48)

@@ -249,6 +249,28 @@ def test_activation_checkpointing_gives_the_same_step(device, reentrant):
     assert torch.equal(ckpt[0].bias.grad, plain[0].bias.grad)
 
 
+@pytest.mark.parametrize("device", ["cpu", cuda_param("cuda", id="cuda")])
+def test_autocast_runs_in_its_dtype_like_nn_linear(device):
+    """Under torch.autocast an fp32 model's Fp8Linear returns the autocast dtype, as nn.Linear does there: the
+    bits of the layer called outside autocast on x cast to bf16; the fp32 weight's gradient stays fp32."""
+    torch.manual_seed(8)
+    ref = nn.Linear(128, 64, device=device)
+    layer = wgrad.nn.convert_to_fp8(copy.deepcopy(ref))
+    twin = copy.deepcopy(layer)
+    x = torch.randn(48, 128, device=device, requires_grad=True)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        y = layer(x)
+        assert ref(x).dtype == y.dtype == torch.bfloat16
+    y.float().square().sum().backward()
+    x16 = x.detach().bfloat16().requires_grad_(True)
+    y16 = twin(x16)
+    y16.float().square().sum().backward()
+    assert torch.equal(y, y16)
+    assert layer.weight.grad.dtype == torch.float32 and torch.equal(layer.weight.grad, twin.weight.grad)
+    assert torch.equal(layer.bias.grad, twin.bias.grad)
+    assert x.grad.dtype == torch.float32 and torch.equal(x.grad, x16.grad.float())
+
+
 def test_cpu_frozen_parts_skip_their_gemms():
     x, w, b, dy = _data(32, 128, 256, torch.float32, seed=7)
     weight = nn.Parameter(w.clone(), requires_grad=False)

@@ -115,13 +115,26 @@ def _main_grad_of(op: str, weight: torch.Tensor) -> Optional[torch.Tensor]:
     return main_grad
 
 
+def _autocast_dtype(x: torch.Tensor) -> Optional[torch.dtype]:
+    """The dtype torch.autocast runs linear layers in on x's device, or None outside autocast."""
+    device_type = x.device.type
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """`x @ weight^T + bias` with FP8 GEMMs (DeepSeek-V3 recipe, see the module doc). `x` [..., in] (any
     leading dims, any token count), `weight` [out, in], `bias` [out] or None; in and out multiples of 16.
-    The output has x's dtype and shape [..., out]. DTensor arguments (tensor parallelism on a 1-D mesh) run
-    the recipe on their local shards and give a DTensor: see `wgrad.nn.tensor_parallel`."""
+    The output has x's dtype and shape [..., out]; under `torch.autocast`, as `nn.Linear` there, the autocast
+    dtype (x is cast to it; the weight's FP8 cast reads it in its own dtype). DTensor arguments (tensor
+    parallelism on a 1-D mesh) run the recipe on their local shards and give a DTensor: see
+    `wgrad.nn.tensor_parallel`."""
     if has_dtensor(x, weight, bias):
         return fp8_linear_dtensor(x, weight, bias, fp8_linear)
+    amp = _autocast_dtype(x)
+    if amp is not None:
+        # The layer's own ops (casts, cuBLAS, the CPU reference math) outside autocast's reach.
+        with torch.autocast(x.device.type, enabled=False):
+            return fp8_linear(x.to(amp), weight, bias)
     op = "fp8_linear"
     if weight.dim() != 2:
         raise ValueError(f"{op}: weight must be 2-D [out_features, in_features], got shape {tuple(weight.shape)}")
@@ -259,12 +272,16 @@ def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor,
                        bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Expert g's rows of `x` [T, in] times `weight[g]^T` (+ `bias[g]`): [T, out] in x's dtype. `weight`
     [G, out, in], `bias` [G, out] or None, `group_sizes` [G] integer counts (any, 0 included) that sum to T,
-    best as a tensor on x's device (no host synchronisation). in and out multiples of 16; on the GPU x and
-    weight are bfloat16."""
+    best as a tensor on x's device (no host synchronisation). in and out multiples of 16; on the GPU x is
+    bfloat16 (under `torch.autocast` with bfloat16, any float x: it is cast to it, as `nn.Linear` there)."""
     op = "fp8_grouped_linear"
     if has_dtensor(x, weight, bias):
         raise ValueError(f"{op}: DTensor arguments are not supported: split the experts over ranks with "
                          f"wgrad.nn.expert_dispatch / expert_combine and give the layer plain tensors")
+    amp = _autocast_dtype(x)
+    if amp is not None:
+        with torch.autocast(x.device.type, enabled=False):
+            return fp8_grouped_linear(x.to(amp), weight, group_sizes, bias)
     if weight.dim() != 3:
         raise ValueError(f"{op}: weight must be 3-D [num_experts, out_features, in_features], "
                          f"got shape {tuple(weight.shape)}")
