@@ -293,7 +293,8 @@ def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor,
     _check_float(op, "x", x)
     _check_float(op, "weight", weight)
     if x.is_cuda and x.dtype != torch.bfloat16:
-        raise ValueError(f"{op}: x must be bfloat16 on the GPU (the expert GEMM writes bf16), got {x.dtype}")
+        raise ValueError(f"{op}: x must be bfloat16 on the GPU (the expert GEMM writes bf16; under torch.autocast, "
+                         f"x is cast to its dtype, which must then be bfloat16), got {x.dtype}")
     if bias is not None and tuple(bias.shape) != (groups, out_features):
         raise ValueError(f"{op}: bias must have shape [{groups}, {out_features}], got {tuple(bias.shape)}")
     for name, t in (("weight", weight), ("bias", bias)):
