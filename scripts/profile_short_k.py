@@ -2,7 +2,8 @@
 measurement build (`WGRAD_DIAG_VARIANTS=1 ./scripts/build.sh`, docs/design.md, Knobs).
 
   diag:   each shape with each WGRAD_DIAG bit set, interleaved in one process (the L2 flushed before every
-          call, the host's enqueue hidden, medians): ms, TFLOPS and the share of the call's time a bit removes.
+          call, the host's enqueue hidden, medians): ms, TFLOPS and the share of the call's time a bit removes
+          (bits 256 and 512 remove nothing: they start the second consumer warpgroup later, see diag.h).
           The fp32 shapes of K <= 1024 per tile load out ahead, an epilogue that bit 4 leaves whole. The
           measurement build's contiguous-K kernels at BLOCK_N 160 spill (its ptxas report; the release's do
           not): `--block-n 128|144` forces a width, or compare its bits-0 times with the release build's.

@@ -325,6 +325,7 @@ __global__ void __launch_bounds__(kNumThreads, 1) wgrad_gemm_kernel_sm90(const _
       Tensor scratch0 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
       Tensor scratch1 = partition_fragment_C(tiled_mma, Shape<Int<kBlockM / 2>, Int<kBlockN>>{});  // (MMA,1,1)
       const int diag = diag_of(p);
+      if (diag != 0) diag_stagger(diag, consumer_tid / 128);
       if constexpr (kLoadOut) {
         // The CTA's tiles with K blocks, one ahead: each tile's out window is loaded as soon as the previous
         // tile's stores have read the buffer (EpilogueLoadedSm90). Tiles of empty groups are skipped (out[g]
