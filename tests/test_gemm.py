@@ -163,15 +163,20 @@ def test_python_function_with_c_under_torch_compile():
 
 @pytest.fixture
 def spy(monkeypatch):
-    """Records the arguments the API passes to the op (and still runs it)."""
+    """Records the arguments of every call the API makes of the op that runs (and still runs it): the op as
+    the entry point hands it its arguments as they are (wgrad.api._DENSE_FP32), and through torch.ops after
+    converting them."""
     calls = []
-    real = torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt
 
-    def record(*args):
-        calls.append(args)
-        return real(*args)
+    def recorder(real):
+        def record(*args):
+            result = real(*args)
+            calls.append(args)
+            return result
+        return record
 
-    monkeypatch.setattr(torch.ops.wgrad, "wgrad_gemm_fp8_fp8_fp32_nt", record)
+    monkeypatch.setattr(wgrad.api, "_DENSE_FP32", recorder(wgrad.api._DENSE_FP32))
+    monkeypatch.setattr(torch.ops.wgrad, "wgrad_gemm_fp8_fp8_fp32_nt", recorder(torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt))
     return calls
 
 
@@ -229,6 +234,7 @@ def test_api_dense_kb_by_mn_with_aligned_rows_is_not_copied(spy):
     (lambda s: s[:, :2], r"sa must have shape \[33, 3\] or \[3, 33\]"),
     (lambda s: s.double(), r"sa must be float32"),
     (lambda s: s.reshape(-1), r"sa must be 2-D"),
+    (lambda s: s[0, 0], r"sa must be 2-D"),
 ])
 def test_api_rejects_scales_it_cannot_convert(bad, match):
     op, _ = _api_case()
@@ -237,6 +243,41 @@ def test_api_rejects_scales_it_cannot_convert(bad, match):
     with pytest.raises(ValueError, match=match):
         wgrad.wgrad_gemm_fp8_fp8_fp32_nt((op.a, bad(op.sa)), (op.b, op.sb), out)
     assert torch.equal(bits(out), before)
+
+
+@pytest.mark.parametrize("entry", ["dense_bf16", "contiguous_fp32", "contiguous_bf16"])
+def test_api_hands_mn_major_arguments_to_the_op_as_they_are(monkeypatch, entry):
+    """With the scales MN-major (what the casts write) the entry points call their op once on the very
+    objects given (no conversion in Python, every check in the op), and give the op's result."""
+    calls = []
+    name = {"dense_bf16": "_DENSE_BF16", "contiguous_fp32": "_CONTIG_FP32", "contiguous_bf16": "_CONTIG_BF16"}[entry]
+    real = getattr(wgrad.api, name)
+
+    def record(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(wgrad.api, name, record)
+    op, ref = _api_case()
+    if entry == "dense_bf16":
+        out = torch.empty(33, 24, dtype=torch.bfloat16)
+        assert wgrad.wgrad_gemm_fp8_fp8_bf16_nt((op.a, op.sa), (op.b, op.sb), out) is out
+        expect = ref[None]
+    else:
+        sizes = torch.tensor([272], dtype=torch.int32)
+        cap = wgrad.k_block_capacity(272, 1)
+        sa, sb = op.sa[:, :cap], op.sb[:, :cap]
+        if entry == "contiguous_fp32":
+            out = torch.zeros(1, 33, 24)
+            wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous((op.a, sa), (op.b, sb), out, sizes)
+        else:
+            out = torch.empty(1, 33, 24, dtype=torch.bfloat16)
+            assert wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous((op.a, sa), (op.b, sb), sizes, out) is out
+        expect = ref[None]
+    (args,) = calls
+    assert args[0] is op.a and args[2] is op.b and args[-1 if entry == "dense_bf16" else -2] is out
+    got = out.float().reshape(expect.shape).double()
+    assert torch.allclose(got, expect, rtol=1e-2, atol=1e-2 * expect.abs().max().item())
 
 
 def test_api_c_argument_deepgemm_style():

@@ -18,6 +18,32 @@ from .scales import SCALE_BLOCK_K, ceil_div, num_k_blocks, to_mn_major_scales
 
 Operand = Tuple[torch.Tensor, torch.Tensor]
 
+# The ops the entry points hand their arguments to as they are (see _ran_as_given).
+_DENSE_FP32 = torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt.default
+_DENSE_BF16 = torch.ops.wgrad.wgrad_gemm_fp8_fp8_bf16_nt.default
+_CONTIG_FP32 = torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous.default
+_CONTIG_BF16 = torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous.default
+
+
+def _ran_as_given(op, a, sa, b, sb, *rest) -> bool:
+    """Runs `op` on the arguments as they are when both scales already have their first dim contiguous (the
+    MN-major layout the casts write, the common case), leaving every check to the op's C++ checks; True when
+    it ran. False, with nothing run, when the scales come in another layout, when torch.compile is tracing
+    (which takes the converting path), or when the op rejects an argument: the caller then takes the
+    converting path, which copies a scale layout the op does not take as it is, or raises the error that
+    names the argument. (These ops launch one kernel after all their checks, so a rejected call did nothing.)
+    This keeps the entry point's own host time to a few attribute reads: the host cost per call is what
+    short-K GEMMs pay (docs/decisions/0034-host-path.md)."""
+    if torch.compiler.is_compiling():
+        return False
+    try:
+        if sa.stride(0) != 1 or sb.stride(0) != 1:
+            return False
+        op(a, sa, b, sb, *rest)
+    except (RuntimeError, IndexError):
+        return False
+    return True
+
 
 def _accumulate_into(out: torch.Tensor, c: Optional[torch.Tensor], check: Callable[[], None]) -> None:
     # DeepGEMM's d = c + a @ b^T: with c None or c aliasing out, the product accumulates into out.
@@ -60,6 +86,10 @@ def wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.Tensor,
                                c: Optional[torch.Tensor] = None) -> None:
     """out += (a * sa) @ (b * sb)^T in fp32, with a [M, K], b [N, K] float8_e4m3fn (K-contiguous) and 1x128
     scales sa, sb. `c`, if given, is copied into out first (DeepGEMM's `d = c + a @ b^T`)."""
+    a, sa = lhs
+    b, sb = rhs
+    if c is None and _ran_as_given(_DENSE_FP32, a, sa, b, sb, out):
+        return
     a, sa, b, sb = _dense_operands(lhs, rhs)
     _accumulate_into(out, c, lambda: _ops._dense_fake(a, sa, b, sb, out))
     torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt(a, sa, b, sb, out)
@@ -133,6 +163,10 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs: Operand, rhs: Operand, 
     the device and leaves `out` untouched when they do not (it cannot raise without a synchronisation: call
     `check_group_sizes` first when in doubt). Scales have `ceil(K_total/128) + G - 1` block columns (blocks
     restart at every group; trailing ones unused)."""
+    a, sa = lhs
+    b, sb = rhs
+    if _ran_as_given(_CONTIG_FP32, a, sa, b, sb, out, group_sizes):
+        return
     a, sa, b, sb = _contiguous_operands(lhs, rhs)
     torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(a, sa, b, sb, out, group_sizes)
 
@@ -144,6 +178,10 @@ def wgrad_gemm_fp8_fp8_bf16_nt(lhs: Operand, rhs: Operand, out: Optional[torch.T
     reduce-add and the cast), with a [M, K], b [N, K] float8_e4m3fn (K-contiguous) and 1x128 scales sa, sb.
     K == 0 writes zeros. Returns `out` ([M, N] bfloat16, row stride a multiple of 8; allocated when not
     given)."""
+    a, sa = lhs
+    b, sb = rhs
+    if out is not None and _ran_as_given(_DENSE_BF16, a, sa, b, sb, out):
+        return out
     a, sa, b, sb = _dense_operands(lhs, rhs)
     if out is None:
         out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
@@ -158,6 +196,10 @@ def k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(lhs: Operand, rhs: Operand, 
     an expert that received none). The operands and `group_sizes` as there (validated by the kernel, which
     leaves `out` untouched when they break the rules). Returns `out` ([G, M, N] bfloat16, allocated when not
     given)."""
+    a, sa = lhs
+    b, sb = rhs
+    if out is not None and _ran_as_given(_CONTIG_BF16, a, sa, b, sb, out, group_sizes):
+        return out
     a, sa, b, sb = _contiguous_operands(lhs, rhs)
     if out is None:
         groups = group_sizes.shape[0] if group_sizes.dim() == 1 else 0
