@@ -264,6 +264,35 @@ def test_api_packed_kb_by_mn_scales_and_c():
         assert_fp32_of(out[g], c[g].double() + refs[g])
 
 
+@pytest.mark.parametrize("groups", [3, 97])
+def test_api_packed_hands_mn_major_arguments_to_the_op_as_they_are(monkeypatch, groups):
+    """With MN-major scales and at most one launch's groups (96) the entry point calls the op once on the
+    objects given; beyond, it takes the converting path (several launches). Either way the products; a bool
+    among the sizes is still named, never read as 0 or 1."""
+    calls = []
+    real = wgrad.api._PACKED_FP32
+
+    def record(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(wgrad.api, "_PACKED_FP32", record)
+    m, n = 17, 8
+    ks = ([144, 0, 48] * 33)[:groups]
+    op = make_packed(m, n, ks, seed=groups)
+    out = torch.zeros(groups, m, n)
+    wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((op.a, op.sa), (op.b, op.sb), out, ks)
+    if groups <= 96:
+        (args,) = calls
+        assert args[0] is op.a and args[1] is op.sa and args[4] is out
+    else:
+        assert calls == []
+    for g, ref in enumerate(packed_group_references(op, m, n)):
+        assert_fp32_of(out[g], ref)
+    with pytest.raises(ValueError, match=r"batch_sizes\[1\] must be an integer, got False \(bool\)"):
+        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((op.a, op.sa), (op.b, op.sb), out, [ks[0], False] + ks[2:])
+
+
 def test_api_packed_rejected_call_with_c_leaves_out_untouched():
     m, n, ks = 33, 24, [144, 0, 48]
     op = make_packed(m, n, ks, seed=7)

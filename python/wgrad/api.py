@@ -18,8 +18,12 @@ from .scales import SCALE_BLOCK_K, ceil_div, num_k_blocks, to_mn_major_scales
 
 Operand = Tuple[torch.Tensor, torch.Tensor]
 
+# Groups of one launch of the packed layout (kMaxPackedGroups, csrc/kernels/gemm/kernel_sm90.cuh).
+_PACKED_GROUPS_PER_LAUNCH = 96
+
 # The ops the entry points hand their arguments to as they are (see _ran_as_given).
 _DENSE_FP32 = torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt.default
+_PACKED_FP32 = torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt.default
 _DENSE_BF16 = torch.ops.wgrad.wgrad_gemm_fp8_fp8_bf16_nt.default
 _CONTIG_FP32 = torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous.default
 _CONTIG_BF16 = torch.ops.wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous.default
@@ -31,7 +35,8 @@ def _ran_as_given(op, a, sa, b, sb, *rest) -> bool:
     it ran. False, with nothing run, when the scales come in another layout, when torch.compile is tracing
     (which takes the converting path), or when the op rejects an argument: the caller then takes the
     converting path, which copies a scale layout the op does not take as it is, or raises the error that
-    names the argument. (These ops launch one kernel after all their checks, so a rejected call did nothing.)
+    names the argument. (These ops launch one kernel after all their checks, so a rejected call did nothing;
+    the packed layout takes this path only for the groups one launch holds.)
     This keeps the entry point's own host time to a few attribute reads: the host cost per call is what
     short-K GEMMs pay (docs/decisions/0034-host-path.md)."""
     if torch.compiler.is_compiling():
@@ -105,6 +110,8 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs: Operand, rhs: Operand, out: torch.
     a, sa = lhs
     b, sb = rhs
     ks = as_ints(batch_sizes, "batch_sizes")
+    if c is None and len(ks) <= _PACKED_GROUPS_PER_LAUNCH and _ran_as_given(_PACKED_FP32, a, sa, b, sb, out, ks):
+        return
     _check_grouped_out(out)
     m, n = out.shape[-2], out.shape[-1]
     # The scales' block count as given (no per-call loop over the groups): the op's check holds it to
