@@ -269,6 +269,9 @@ def test_autocast_runs_in_its_dtype_like_nn_linear(device):
     assert layer.weight.grad.dtype == torch.float32 and torch.equal(layer.weight.grad, twin.weight.grad)
     assert torch.equal(layer.bias.grad, twin.bias.grad)
     assert x.grad.dtype == torch.float32 and torch.equal(x.grad, x16.grad.float())
+    # What autocast leaves as it is, the layer takes as it would without autocast: float64 is refused.
+    with torch.autocast(device, dtype=torch.bfloat16), pytest.raises(ValueError, match="x must be bfloat16"):
+        layer(x.detach().double())
 
 
 def test_cpu_frozen_parts_skip_their_gemms():

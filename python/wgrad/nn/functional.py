@@ -116,9 +116,13 @@ def _main_grad_of(op: str, weight: torch.Tensor) -> Optional[torch.Tensor]:
 
 
 def _autocast_dtype(x: torch.Tensor) -> Optional[torch.dtype]:
-    """The dtype torch.autocast runs linear layers in on x's device, or None outside autocast."""
+    """The dtype torch.autocast casts x to for a linear layer on x's device, or None: outside autocast, and
+    for an x autocast leaves as it is (not one of the float dtypes: float64, integers), which the layers'
+    checks then take as they would without autocast."""
     device_type = x.device.type
-    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+    if x.dtype in FLOAT_DTYPES and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None
 
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
