@@ -45,8 +45,9 @@ class Fp8Linear(nn.Linear):
 def convertible(linear: nn.Module) -> bool:
     """True for a module `convert_to_fp8` turns into an `Fp8Linear`: of type exactly `nn.Linear` (a subclass
     may compute something else in its forward) with in and out features multiples of 16."""
-    return (type(linear) is nn.Linear and linear.in_features % 16 == 0 and linear.in_features > 0
-            and linear.out_features % 16 == 0 and linear.out_features > 0)
+    multiple = _recipe.FEATURE_MULTIPLE
+    return (type(linear) is nn.Linear and linear.in_features % multiple == 0 and linear.in_features > 0
+            and linear.out_features % multiple == 0 and linear.out_features > 0)
 
 
 def convert_to_fp8(module: nn.Module,
