@@ -380,6 +380,26 @@ def test_cpu_compile_fullgraph_main_grad():
         torch.testing.assert_close(p.main_grad, p_e.main_grad, rtol=1e-5, atol=1e-6)
 
 
+def test_cpu_compile_fullgraph_under_autocast():
+    """A step under torch.autocast traces into one graph and gives the eager step's output and gradients."""
+    torch.manual_seed(2)
+    model = _Mlp(128, 256)
+    eager = copy.deepcopy(model)
+    x = torch.randn(32, 128)
+
+    def step(m):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = m(x)
+        y.float().sum().backward()
+        return y
+
+    y = step(torch.compile(model, backend="aot_eager", fullgraph=True))
+    y_eager = step(eager)
+    assert y.dtype == y_eager.dtype == torch.bfloat16 and torch.equal(y, y_eager)
+    for p, p_e in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, p_e.grad, rtol=1e-5, atol=1e-6)
+
+
 # ------------------------------------------------------------------ GPU ---------------------------------
 
 # DeepSeek-V3-like and awkward token counts; features multiples of 16 (and not of 128).
