@@ -156,7 +156,8 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
             raise ValueError(f"{op}: {name} must be on {x.device} like x, got {t.device}")
     _recipe.check_device(op, x)
     lead = x.shape[:-1]
-    x2 = x.reshape(math.prod(lead), in_features)
+    # (A 2-D x as it is: reshaping it to its own shape would add a view, and a node to the autograd graph.)
+    x2 = x if x.dim() == 2 else x.reshape(math.prod(lead), in_features)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                     (bias is not None and bias.requires_grad)):
         y = _Fp8Linear.apply(x2, weight, bias, _main_grad_of(op, weight))
