@@ -59,6 +59,21 @@ def cuda_param(*values, id=None):
     return pytest.param(*values, marks=GPU_MARKS, id=id)
 
 
+def record_calls(monkeypatch, owner, name: str, calls: Optional[list] = None) -> list:
+    """Replaces `owner.name` (an op) by a wrapper that still runs it and appends the arguments of every call
+    that ran to `calls` (a new list unless given), which it returns."""
+    calls = [] if calls is None else calls
+    real = getattr(owner, name)
+
+    def record(*args):
+        result = real(*args)
+        calls.append(args)
+        return result
+
+    monkeypatch.setattr(owner, name, record)
+    return calls
+
+
 def generator(device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 

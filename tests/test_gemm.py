@@ -25,6 +25,7 @@ from helpers import (
     poisoned_window_mask,
     rand_fp8,
     rand_scales,
+    record_calls,
     rel_frobenius,
 )
 from wgrad import reference
@@ -166,18 +167,8 @@ def spy(monkeypatch):
     """Records the arguments of every call the API makes of the op that runs (and still runs it): the op as
     the entry point hands it its arguments as they are (wgrad.api._DENSE_FP32), and through torch.ops after
     converting them."""
-    calls = []
-
-    def recorder(real):
-        def record(*args):
-            result = real(*args)
-            calls.append(args)
-            return result
-        return record
-
-    monkeypatch.setattr(wgrad.api, "_DENSE_FP32", recorder(wgrad.api._DENSE_FP32))
-    monkeypatch.setattr(torch.ops.wgrad, "wgrad_gemm_fp8_fp8_fp32_nt", recorder(torch.ops.wgrad.wgrad_gemm_fp8_fp8_fp32_nt))
-    return calls
+    calls = record_calls(monkeypatch, wgrad.api, "_DENSE_FP32")
+    return record_calls(monkeypatch, torch.ops.wgrad, "wgrad_gemm_fp8_fp8_fp32_nt", calls)
 
 
 def _api_case(m=33, n=24, k=272):
@@ -249,35 +240,23 @@ def test_api_rejects_scales_it_cannot_convert(bad, match):
 def test_api_hands_mn_major_arguments_to_the_op_as_they_are(monkeypatch, entry):
     """With the scales MN-major (what the casts write) the entry points call their op once on the very
     objects given (no conversion in Python, every check in the op), and give the op's result."""
-    calls = []
     name = {"dense_bf16": "_DENSE_BF16", "contiguous_fp32": "_CONTIG_FP32", "contiguous_bf16": "_CONTIG_BF16"}[entry]
-    real = getattr(wgrad.api, name)
-
-    def record(*args):
-        calls.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(wgrad.api, name, record)
-    op, ref = _api_case()
+    calls = record_calls(monkeypatch, wgrad.api, name)
+    op, ref = _api_case()  # K = 272: one group of 272 tokens has the scale columns of the dense call
+    lhs, rhs, sizes = (op.a, op.sa), (op.b, op.sb), torch.tensor([272], dtype=torch.int32)
     if entry == "dense_bf16":
         out = torch.empty(33, 24, dtype=torch.bfloat16)
-        assert wgrad.wgrad_gemm_fp8_fp8_bf16_nt((op.a, op.sa), (op.b, op.sb), out) is out
-        expect = ref[None]
+        assert wgrad.wgrad_gemm_fp8_fp8_bf16_nt(lhs, rhs, out) is out
+    elif entry == "contiguous_fp32":
+        out = torch.zeros(1, 33, 24)
+        wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous(lhs, rhs, out, sizes)
     else:
-        sizes = torch.tensor([272], dtype=torch.int32)
-        cap = wgrad.k_block_capacity(272, 1)
-        sa, sb = op.sa[:, :cap], op.sb[:, :cap]
-        if entry == "contiguous_fp32":
-            out = torch.zeros(1, 33, 24)
-            wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt_contiguous((op.a, sa), (op.b, sb), out, sizes)
-        else:
-            out = torch.empty(1, 33, 24, dtype=torch.bfloat16)
-            assert wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous((op.a, sa), (op.b, sb), sizes, out) is out
-        expect = ref[None]
+        out = torch.empty(1, 33, 24, dtype=torch.bfloat16)
+        assert wgrad.k_grouped_wgrad_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, sizes, out) is out
     (args,) = calls
-    assert args[0] is op.a and args[2] is op.b and args[-1 if entry == "dense_bf16" else -2] is out
-    got = out.float().reshape(expect.shape).double()
-    assert torch.allclose(got, expect, rtol=1e-2, atol=1e-2 * expect.abs().max().item())
+    assert args[0] is op.a and args[1] is op.sa and args[2] is op.b and args[3] is op.sb and args[4] is out
+    got = out.float().reshape(ref.shape).double()
+    assert torch.allclose(got, ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
 
 
 def test_api_c_argument_deepgemm_style():

@@ -32,6 +32,7 @@ from helpers import (
     packed_group_references,
     poisoned_out,
     poisoned_window_mask,
+    record_calls,
     rel_frobenius,
 )
 from wgrad import reference
@@ -269,14 +270,7 @@ def test_api_packed_hands_mn_major_arguments_to_the_op_as_they_are(monkeypatch, 
     """With MN-major scales and at most one launch's groups (96) the entry point calls the op once on the
     objects given; beyond, it takes the converting path (several launches). Either way the products; a bool
     among the sizes is still named, never read as 0 or 1."""
-    calls = []
-    real = wgrad.api._PACKED_FP32
-
-    def record(*args):
-        calls.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(wgrad.api, "_PACKED_FP32", record)
+    calls = record_calls(monkeypatch, wgrad.api, "_PACKED_FP32")
     m, n = 17, 8
     ks = ([144, 0, 48] * 33)[:groups]
     op = make_packed(m, n, ks, seed=groups)
